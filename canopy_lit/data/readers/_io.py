@@ -1,0 +1,228 @@
+"""Streaming readers for JSON / JSONL (optionally gzipped) and the error that names file and record.
+
+Benchmark files are read record by record: a JSONL file line by line, a JSON
+array element by element (``raw_decode`` over a sliding buffer), so a full
+official split never has to sit in memory twice. Every failure surfaces as a
+``DataFormatError`` that names the file and the record, never a bare traceback
+from deep inside a reader. No pickle / joblib anywhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import zlib
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+_CHUNK = 1 << 20
+_WS = " \t\r\n"
+
+
+class DataFormatError(ValueError):
+    """Malformed benchmark input: names the file, the record (index and id when known) and the problem."""
+
+    def __init__(
+        self, path: str | Path, message: str, record: int | None = None, record_id: Any = None
+    ) -> None:
+        self.path = str(path)
+        self.record = record
+        self.record_id = record_id
+        where = self.path
+        if record is not None:
+            where += f", record {record}"
+        if record_id is not None:
+            where += f" (id {record_id!r})"
+        super().__init__(f"{where}: {message}")
+
+
+def open_text(path: str | Path) -> IO[str]:
+    """Open a text file, transparently gunzipping ``.gz`` (also detected by magic bytes)."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"benchmark file not found: {p}")
+    with open(p, "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    if gz:
+        return gzip.open(p, "rt", encoding="utf-8")
+    return open(p, encoding="utf-8")
+
+
+def _is_jsonl(path: Path) -> bool:
+    name = path.name.lower().removesuffix(".gz")
+    return name.endswith((".jsonl", ".ndjson"))
+
+
+def _first_char(f: IO[str]) -> tuple[str, str]:
+    """Skip leading whitespace; return (first non-space char, what was read so far after the whitespace)."""
+    buf = ""
+    while True:
+        chunk = f.read(4096)
+        if not chunk:
+            return "", ""
+        buf += chunk
+        stripped = buf.lstrip(_WS)
+        if stripped:
+            return stripped[0], stripped
+
+
+def iter_json_array(f: IO[str], path: str | Path, start: str = "") -> Iterator[Any]:
+    """Yield the elements of a top-level JSON array one at a time.
+
+    ``start`` is text already read from ``f`` (beginning with ``[``). The buffer is
+    consumed by position and compacted only when a new chunk arrives, so reading
+    stays linear in the file size.
+    """
+    dec = json.JSONDecoder()
+    buf = start.lstrip(_WS)
+    if not buf.startswith("["):
+        raise DataFormatError(path, "expected a JSON array")
+    pos, eof, index = 1, False, 0
+
+    def more() -> bool:
+        nonlocal buf, pos, eof
+        chunk = "" if eof else f.read(_CHUNK)
+        eof = not chunk
+        buf = buf[pos:] + chunk
+        pos = 0
+        return bool(chunk)
+
+    while True:
+        while pos < len(buf) and buf[pos] in _WS:
+            pos += 1
+        if pos < len(buf) and buf[pos] == ",":
+            pos += 1
+            continue
+        if pos < len(buf) and buf[pos] == "]":
+            return
+        if pos >= len(buf):
+            if not more():
+                raise DataFormatError(path, "file ends before the closing ']' (truncated?)", record=index)
+            continue
+        try:
+            obj, end = dec.raw_decode(buf, pos)
+        except json.JSONDecodeError as err:
+            if more():  # the element may continue in the next chunk
+                continue
+            raise DataFormatError(path, f"invalid or truncated JSON ({err.msg})", record=index) from err
+        # A number at the very end of the buffer may be cut mid-digits: decode again with more text.
+        if end == len(buf) and more():
+            continue
+        yield obj
+        index += 1
+        pos = end
+
+
+def iter_records(path: str | Path) -> Iterator[Any]:
+    """Stream the records of a JSONL file, or the elements of a JSON array file, ``.gz`` or not.
+
+    A JSON file whose top level is an object is yielded as one record (callers
+    decide what the object means, e.g. HF dict-of-lists columns). Truncated gzip
+    streams and malformed lines raise ``DataFormatError`` naming file and record.
+    """
+    p = Path(path)
+    index = 0
+    try:
+        with open_text(p) as f:
+            if _is_jsonl(p):
+                for lineno, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        obj = json.loads(line)
+                    except json.JSONDecodeError as err:
+                        raise DataFormatError(
+                            p, f"line {lineno} is not valid JSON ({err.msg})", record=index
+                        ) from err
+                    yield obj
+                    index += 1
+                return
+            first, start = _first_char(f)
+            if first == "[":
+                for obj in iter_json_array(f, p, start):
+                    yield obj
+                    index += 1
+            elif first == "{":
+                rest = start + f.read()
+                try:
+                    obj, end = json.JSONDecoder().raw_decode(rest)
+                except json.JSONDecodeError as err:
+                    raise DataFormatError(p, f"invalid or truncated JSON ({err.msg})") from err
+                if rest[end:].strip():  # JSONL written with a .json name
+                    yield from _jsonl_text(rest, p)
+                    return
+                yield obj
+            elif first:
+                raise DataFormatError(p, f"expected JSON or JSONL, file starts with {first!r}")
+    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
+        raise DataFormatError(p, f"truncated or corrupt gzip stream ({err})", record=index) from err
+    except UnicodeDecodeError as err:
+        raise DataFormatError(p, f"not UTF-8 text ({err.reason})", record=index) from err
+
+
+def _jsonl_text(text: str, path: Path) -> Iterator[Any]:
+    for index, line in enumerate(x for x in text.splitlines() if x.strip()):
+        try:
+            yield json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataFormatError(path, f"not valid JSON ({err.msg})", record=index) from err
+
+
+def load_json(path: str | Path) -> Any:
+    """Load one whole JSON document (``.gz`` or not) with errors naming the file."""
+    p = Path(path)
+    try:
+        with open_text(p) as f:
+            return json.load(f)
+    except json.JSONDecodeError as err:
+        raise DataFormatError(
+            p, f"invalid or truncated JSON at line {err.lineno} col {err.colno} ({err.msg})"
+        ) from err
+    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
+        raise DataFormatError(p, f"truncated or corrupt gzip stream ({err})") from err
+
+
+# Errors a reader hits on a record of the wrong shape; anything else is a bug and propagates.
+_RECORD_ERRORS = (KeyError, TypeError, ValueError, IndexError, AttributeError)
+
+
+@contextlib.contextmanager
+def record_guard(
+    path: str | Path, index: int, record: Any, skipped: Counter | None = None, strict: bool = True
+) -> Iterator[None]:
+    """Turn a shape error while parsing one record into ``DataFormatError(file, record)``.
+
+    With ``strict=False`` the record is counted as ``skipped["malformed"]`` and the
+    error is swallowed, so the caller's loop moves on to the next record.
+    """
+    try:
+        yield
+    except DataFormatError:
+        raise
+    except _RECORD_ERRORS as err:
+        rid = None
+        if isinstance(record, dict):
+            rid = next(
+                (record[k] for k in ("_id", "id", "qid", "question_id", "uid", "index") if k in record), None
+            )
+        msg = f"missing key {err}" if isinstance(err, KeyError) else f"{type(err).__name__}: {err}"
+        if not strict and skipped is not None:
+            skipped["malformed"] += 1
+            return
+        raise DataFormatError(path, msg, record=index, record_id=rid) from err
+
+
+def require(record: Any, key: str, kind: type | tuple[type, ...]) -> Any:
+    """``record[key]`` checked against ``kind``; raises KeyError / TypeError for ``record_guard`` to name."""
+    if not isinstance(record, dict):
+        raise TypeError(f"record is a {type(record).__name__}, expected an object")
+    if key not in record:
+        raise KeyError(key)
+    value = record[key]
+    if not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise TypeError(f"field {key!r} is a {type(value).__name__}, expected {names}")
+    return value

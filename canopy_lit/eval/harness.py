@@ -1,0 +1,134 @@
+"""Resumable evaluation over a question list: one durable record per question, metrics, table.
+
+Failures are data: a question whose pipeline raises (an LLM that keeps failing, a
+missing file) is recorded with ``status: failed`` and the error, and the run goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from canopy_lit.eval.records import RecordLog
+from canopy_lit.eval.summary import score_record, summarize
+from canopy_lit.pipeline.trace import QuestionRecord
+from canopy_lit.types import Question
+
+log = logging.getLogger(__name__)
+
+AnswerFn = Callable[[Question], QuestionRecord]
+
+
+def failed_record(q: Question, err: BaseException) -> dict[str, Any]:
+    rec = QuestionRecord(q.id, q.text, list(q.answers), q.benchmark, status="failed", error=f"{type(err).__name__}: {err}")
+    return rec.to_dict()
+
+
+def run_questions(
+    questions: Sequence[Question],
+    answer: AnswerFn,
+    out_dir: str | Path,
+    *,
+    concurrency: int = 1,
+    retry_failed: bool = False,
+    progress: bool = True,
+    console: Console | None = None,
+) -> list[dict[str, Any]]:
+    """Answer every question not yet in ``out_dir/predictions.jsonl``; return the records of ``questions``.
+
+    Args:
+        questions: the evaluation set (ids must be unique).
+        answer: runs the pipeline on one question.
+        out_dir: run folder; ``predictions.jsonl`` is appended and fsynced per question.
+        concurrency: questions in flight at once (>1 only for server LLM backends).
+        retry_failed: run again the questions recorded as failed.
+    """
+    ids = [q.id for q in questions]
+    if len(set(ids)) != len(ids):
+        raise ValueError("question ids are not unique; cannot resume by id")
+    logbook = RecordLog(Path(out_dir) / "predictions.jsonl", retry_failed=retry_failed)
+    if logbook.repaired_bytes:
+        log.warning("cut %d bytes of a torn last record from %s", logbook.repaired_bytes, logbook.path)
+    todo = [q for q in questions if q.id not in logbook]
+    lock = threading.Lock()
+    running = {"em": 0.0, "f1": 0.0, "acc": 0.0, "tok": 0.0, "n": 0}
+
+    def one(q: Question) -> dict[str, Any]:
+        try:
+            rec = answer(q).to_dict()
+            rec["scores"] = score_record(rec, len(q.choices) if q.choices else None)
+        except Exception as err:  # a failed question is recorded, never fatal for the run
+            log.warning("question %s failed: %s", q.id, err)
+            rec = failed_record(q, err)
+        return rec
+
+    cols = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[stats]}"),
+    )
+    with Progress(*cols, console=console, disable=not progress) as bar, logbook:
+        task = bar.add_task("questions", total=len(questions), completed=len(questions) - len(todo), stats="")
+
+        def done(rec: dict[str, Any]) -> None:
+            with lock:
+                logbook.append(rec)
+                s = rec.get("scores") or {}
+                running["n"] += 1
+                for key, name in (("em", "em"), ("f1", "f1"), ("acc", "accuracy")):
+                    running[key] += s.get(name, 0.0)
+                running["tok"] += rec.get("evidence_tokens", 0)
+                n = running["n"]
+                stats = (
+                    f"acc {running['acc'] / n:.3f}"
+                    if "accuracy" in s
+                    else f"EM {running['em'] / n:.3f} F1 {running['f1'] / n:.3f}"
+                ) + f" tok {running['tok'] / n:.0f}"
+                bar.update(task, advance=1, stats=stats)
+
+        if concurrency <= 1:
+            for q in todo:
+                done(one(q))
+        else:
+            with ThreadPoolExecutor(concurrency) as pool:
+                pending: set[Future] = set()
+                queue = list(reversed(todo))
+                while queue or pending:
+                    while queue and len(pending) < concurrency:  # bounded in-flight work
+                        pending.add(pool.submit(one, queue.pop()))
+                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for fut in finished:
+                        done(fut.result())
+        wanted = set(ids)
+        return [r for r in logbook.records() if r["id"] in wanted]
+
+
+def write_run_outputs(out_dir: str | Path, metrics: dict[str, float], table: str) -> None:
+    """metrics.json (flat numbers) and table.md, written atomically."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in (("metrics.json", json.dumps(metrics, indent=2, sort_keys=True)), ("table.md", table)):
+        tmp = out / f".{name}.tmp"
+        tmp.write_text(text + ("\n" if not text.endswith("\n") else ""), encoding="utf-8")
+        tmp.replace(out / name)
+
+
+__all__ = ["run_questions", "summarize", "write_run_outputs"]

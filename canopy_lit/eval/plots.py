@@ -1,0 +1,311 @@
+"""Study plots (PNG) from run folders; matplotlib's Agg canvas, no pyplot state, no display needed.
+
+- ``quality_vs_tokens``: answer quality vs reader evidence tokens, one curve per method over k;
+- ``probe_depth_accuracy``: refinement-decision accuracy per tree depth, f0 vs fθ (probe runs);
+- ``decisions_by_modality``: keep / split / drop decisions per modality, from the kept leaf ranges
+  recorded per item (a tree's shape depends only on its leaf count and B, so it is rebuilt exactly);
+- ``root_relative_scores``: s(q, v) - s(q, root) per depth for gold vs non-gold nodes, f0 vs fθ
+  (``probe_nodes.jsonl`` of probe runs).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from canopy_lit.eval.tables import Run, _value, read_jsonl, split_settings
+from canopy_lit.types import Item, Leaf, Modality, Tree
+
+DECISIONS = ("kept", "split", "dropped")
+COLORS = {"kept": "#2e7d32", "split": "#f9a825", "dropped": "#c62828", "f0": "#1f77b4", "fθ": "#d62728"}
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    return path
+
+
+def _label(run: Run, axes: Sequence[str]) -> str:
+    extra = [f"{a}={_value(run.setting(a))}" for a in axes]
+    return run.method + (f" ({', '.join(extra)})" if extra else "")
+
+
+def _quality_key(runs: Sequence[Run]) -> tuple[str, str]:
+    if any(r.metric("eval/f1") is not None for r in runs):
+        return "eval/f1", "F1 (%)"
+    return "eval/accuracy", "accuracy (%)"
+
+
+# --- answer quality vs evidence tokens ------------------------------------------------------------
+
+
+def plot_quality_vs_tokens(runs: Sequence[Run], path: str | Path) -> Path | None:
+    """One panel per benchmark (+ their average): quality vs evidence tokens, one curve per system over k.
+
+    Returns None when no QA run reports evidence tokens.
+    """
+    qa = [r for r in runs if r.mode == "qa" and r.metric("eval/evidence_tokens") is not None]
+    if not qa:
+        return None
+    axes = [a for a in split_settings(qa)[0] if a != "k"]
+    benches = sorted({r.benchmark for r in qa})
+    # (benchmark, system) -> k -> (tokens, quality)
+    points: dict[tuple[str, str], dict[float, tuple[float, float]]] = defaultdict(dict)
+    ylabels = {}
+    for b in benches:
+        sub = [r for r in qa if r.benchmark == b]
+        key, ylabels[b] = _quality_key(sub)
+        for r in sub:
+            q = r.metric(key)
+            if q is not None:
+                points[(b, _label(r, axes))][float(r.setting("k") or 0)] = (r.metric("eval/evidence_tokens"), 100 * q)
+    panels = list(benches)
+    if len(benches) > 1:
+        systems = {s for (_, s) in points}
+        for s in systems:
+            ks = set.intersection(*(set(points.get((b, s), {})) for b in benches))
+            for k in ks:
+                pts = [points[(b, s)][k] for b in benches]
+                points[("average", s)][k] = (float(np.mean([p[0] for p in pts])), float(np.mean([p[1] for p in pts])))
+        if any(b == "average" for b, _ in points):
+            panels.append("average")
+            ylabels["average"] = "mean quality over benchmarks (%)"
+    systems = sorted({s for _, s in points})
+    cmap = {s: f"C{i % 10}" for i, s in enumerate(systems)}
+    ncol = min(3, len(panels))
+    nrow = -(-len(panels) // ncol)
+    fig = Figure(figsize=(4.6 * ncol, 3.6 * nrow))
+    grid = np.atleast_1d(fig.subplots(nrow, ncol, squeeze=False)).ravel()
+    for ax, b in zip(grid, panels):
+        for s in systems:
+            pts = points.get((b, s))
+            if not pts:
+                continue
+            ks = sorted(pts)
+            xs, ys = [pts[k][0] for k in ks], [pts[k][1] for k in ks]
+            ax.plot(xs, ys, "-o", color=cmap[s], label=s)
+            if len(ks) > 1:
+                for k, x, y in zip(ks, xs, ys):
+                    ax.annotate(f"k={k:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        ax.set_title(b)
+        ax.set_xlabel("evidence tokens per question (reader)")
+        ax.set_ylabel(ylabels.get(b, "quality (%)"))
+        ax.grid(alpha=0.3)
+    for ax in grid[len(panels) :]:
+        ax.set_visible(False)
+    handles, labels = grid[0].get_legend_handles_labels()
+    seen = dict(zip(labels, handles))
+    for ax in grid[1 : len(panels)]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    fig.legend(list(seen.values()), list(seen.keys()), loc="lower center", ncol=min(4, len(seen)), frameon=False,
+               bbox_to_anchor=(0.5, -0.02 - 0.03 * ((len(seen) - 1) // 4)))
+    fig.suptitle("Answer quality vs evidence tokens")
+    fig.tight_layout(rect=(0, 0.06 + 0.03 * ((len(seen) - 1) // 4), 1, 1))
+    return _save(fig, Path(path))
+
+
+# --- probe: decision accuracy per depth -----------------------------------------------------------
+
+
+def plot_probe_depth_accuracy(runs: Sequence[Run], path: str | Path) -> Path | None:
+    """Decision accuracy per tree depth, one panel per benchmark, one line per scorer (f0 / fθ)."""
+    probes = [r for r in runs if r.mode == "probe" and any("decision_accuracy/depth_" in k for k in r.metrics)]
+    if not probes:
+        return None
+    axes = [a for a in split_settings(probes)[0] if a != "scorer"]
+    benches = sorted({r.benchmark for r in probes})
+    fig = Figure(figsize=(4.6 * len(benches), 3.6))
+    grid = np.atleast_1d(fig.subplots(1, len(benches), squeeze=False)).ravel()
+    for ax, b in zip(grid, benches):
+        for r in sorted((r for r in probes if r.benchmark == b), key=lambda r: str(r.setting("scorer"))):
+            depth_acc = sorted(
+                (int(k.rsplit("_", 1)[1]), v)
+                for k, v in r.metrics.items()
+                if k.startswith("probe/decision_accuracy/depth_")
+            )
+            scorer = str(r.setting("scorer") or "?")
+            total = r.metric("probe/decision_accuracy")
+            extra = ", ".join(f"{a}={_value(r.setting(a))}" for a in axes)
+            name = scorer + (f" ({extra})" if extra else "")
+            if total is not None:
+                name += f": {100 * total:.1f}% overall"
+            ax.plot([d for d, _ in depth_acc], [100 * v for _, v in depth_acc], "-o", label=name,
+                    color=COLORS.get(scorer) if not axes else None)
+        ax.set_title(b)
+        ax.set_xlabel("tree depth of the decision node (root = 0)")
+        ax.set_ylabel("decision accuracy (%)")
+        ax.set_ylim(0, 100)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("Refinement-decision accuracy per depth (every preference in P(v) holds)")
+    fig.tight_layout()
+    return _save(fig, Path(path))
+
+
+# --- keep / split / drop decisions ----------------------------------------------------------------
+
+
+def tree_shape(n_leaves: int, branching: int) -> Tree:
+    """The tree over ``n_leaves`` leaves with branching B: its shape depends on nothing else."""
+    return Tree(Item("shape", Modality.TEXT, text=""), [Leaf(i) for i in range(n_leaves)], branching)
+
+
+def tree_decisions(n_leaves: int, branching: int, leaf_ranges: Iterable[Sequence[int]]) -> Counter[str]:
+    """Counts of the refinement's decisions on one item, from its retained leaf ranges.
+
+    A visited node is *kept* (retained), *split* (an ancestor of a retained node: refinement
+    descended) or *dropped* (a child of a split node that is neither). Nodes below a dropped
+    or kept node were never visited. An item with nothing retained counts one dropped root.
+
+    Raises:
+        ValueError: a range that is no node of the tree (the run used another B).
+    """
+    tree = tree_shape(n_leaves, branching)
+    try:
+        kept = {tree.find(int(s), int(e)) for s, e in leaf_ranges}
+    except KeyError as err:
+        raise ValueError(f"leaf ranges do not match a B={branching} tree over {n_leaves} leaves: {err}") from err
+    split = {a for v in kept for a in tree.ancestors(v)}
+    out: Counter[str] = Counter()
+    if not kept:
+        out["dropped"] += 1
+        return out
+    for v in range(len(tree)):
+        if v in kept:
+            out["kept"] += 1
+        elif v in split:
+            out["split"] += 1
+        elif int(tree.parent[v]) in split:
+            out["dropped"] += 1
+    return out
+
+
+def run_decisions(run: Run) -> dict[str, Counter[str]]:
+    """Modality -> decision counts over every item of every round of a run's records."""
+    branching = int(run.setting("B") or 2)
+    out: dict[str, Counter[str]] = defaultdict(Counter)
+    for rec in run.records():
+        for rd in rec.get("rounds") or []:
+            for k in rd.get("kept") or []:
+                try:
+                    out[str(k.get("modality", "?"))].update(
+                        tree_decisions(int(k["n_leaves"]), branching, k.get("leaf_ranges") or [])
+                    )
+                except (KeyError, TypeError, ValueError):
+                    out[str(k.get("modality", "?"))]["unmatched"] += 1
+    return out
+
+
+def plot_decisions_by_modality(runs: Sequence[Run], path: str | Path) -> Path | None:
+    """Stacked shares of kept / split / dropped nodes per modality, one panel per compressing system.
+
+    Runs whose refiner keeps whole items (every decision is "keep the root") are left out.
+    """
+    qa = [r for r in runs if r.mode == "qa" and r.setting("refine") not in (None, "keep_whole")]
+    axes = split_settings(qa)[0] if qa else []
+    systems: dict[str, dict[str, Counter[str]]] = {}
+    for r in qa:
+        dec = run_decisions(r)
+        if not dec:
+            continue
+        agg = systems.setdefault(_label(r, axes), defaultdict(Counter))
+        for mod, c in dec.items():
+            agg[mod].update(c)
+    if not systems:
+        return None
+    fig = Figure(figsize=(max(4.2, 2.2 + 1.1 * len({m for s in systems.values() for m in s})) * len(systems) / 1.3, 3.8))
+    grid = np.atleast_1d(fig.subplots(1, len(systems), squeeze=False)).ravel()
+    for ax, (name, per_mod) in zip(grid, sorted(systems.items())):
+        mods = sorted(per_mod)
+        bottom = np.zeros(len(mods))
+        totals = np.array([sum(per_mod[m][d] for d in DECISIONS) or 1 for m in mods], dtype=float)
+        for d in DECISIONS:
+            share = np.array([per_mod[m][d] for m in mods]) / totals
+            ax.bar(mods, 100 * share, bottom=100 * bottom, color=COLORS[d], label=d)
+            bottom += share
+        for i in range(len(mods)):
+            ax.text(i, 101, f"n={int(totals[i])}", ha="center", va="bottom", fontsize=7)
+        ax.set_ylim(0, 110)
+        ax.set_title(name, fontsize=10)
+        ax.set_ylabel("share of visited nodes (%)")
+    grid[0].legend(fontsize=8, loc="lower left")
+    fig.suptitle("Refinement decisions per modality")
+    fig.tight_layout()
+    return _save(fig, Path(path))
+
+
+# --- probe: root-relative node scores -------------------------------------------------------------
+
+
+def probe_node_rows(run: Run) -> list[dict[str, Any]]:
+    return read_jsonl(run.path / "probe_nodes.jsonl")
+
+
+def plot_root_relative_scores(runs: Sequence[Run], path: str | Path) -> Path | None:
+    """Box plots of s(v) - s(root) per depth, gold vs non-gold nodes; rows = benchmarks, columns = scorers."""
+    data: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for r in runs:
+        if r.mode != "probe":
+            continue
+        rows = [x for x in probe_node_rows(r) if int(x.get("depth", 0)) > 0]
+        if rows:
+            data.setdefault((r.benchmark, str(r.setting("scorer") or "?")), []).extend(rows)
+    if not data:
+        return None
+    benches = sorted({b for b, _ in data})
+    scorers = sorted({s for _, s in data})
+    fig = Figure(figsize=(5.0 * len(scorers), 3.4 * len(benches)))
+    grid = fig.subplots(len(benches), len(scorers), squeeze=False, sharey="row")
+    for i, b in enumerate(benches):
+        for j, s in enumerate(scorers):
+            ax = grid[i][j]
+            rows = data.get((b, s), [])
+            depths = sorted({int(x["depth"]) for x in rows})
+            for gold, offset, color in ((True, -0.18, "#2e7d32"), (False, 0.18, "#757575")):
+                vals = [[float(x["root_relative"]) for x in rows if int(x["depth"]) == d and bool(x["gold"]) == gold]
+                        for d in depths]
+                pos = [d + offset for d, v in zip(depths, vals) if v]
+                vals = [v for v in vals if v]
+                if vals:
+                    bp = ax.boxplot(vals, positions=pos, widths=0.3, patch_artist=True, showfliers=False,
+                                    manage_ticks=False)
+                    for patch in bp["boxes"]:
+                        patch.set_facecolor(color)
+                        patch.set_alpha(0.6)
+                    ax.plot([], [], color=color, lw=6, alpha=0.6, label="gold" if gold else "non-gold")
+            ax.axhline(0, color="black", lw=0.8, ls="--")
+            ax.set_xticks(depths)
+            ax.set_title(f"{b}: {s}")
+            ax.set_xlabel("depth")
+            ax.set_ylabel("s(v) − s(root)")
+            ax.grid(alpha=0.3, axis="y")
+            ax.legend(fontsize=8)
+    fig.suptitle("Root-relative node scores: gold vs non-gold nodes")
+    fig.tight_layout()
+    return _save(fig, Path(path))
+
+
+PLOTS = {
+    "quality_vs_tokens": plot_quality_vs_tokens,
+    "probe_depth_accuracy": plot_probe_depth_accuracy,
+    "decisions_by_modality": plot_decisions_by_modality,
+    "root_relative_scores": plot_root_relative_scores,
+}
+
+
+def make_all(runs: Sequence[Run], out_dir: str | Path, prefix: str = "") -> dict[str, Path]:
+    """Every plot the runs have data for, as ``out_dir/<prefix><name>.png``."""
+    out: dict[str, Path] = {}
+    for name, fn in PLOTS.items():
+        path = fn(runs, Path(out_dir) / f"{prefix}{name}.png")
+        if path is not None:
+            out[name] = path
+    return out

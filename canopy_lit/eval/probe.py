@@ -1,0 +1,126 @@
+"""Refinement probe (no LLM): how well a scorer's decisions match the gold, item by item (METHOD.md §1.3).
+
+For every question, the gold items' trees are scored against the question and
+refined; we measure
+
+- ``probe/decision_accuracy``: share of nodes v in V_i whose every preference in P(v) holds;
+- ``probe/gold_recall``: share of gold leaves inside the retained nodes;
+- ``probe/pruned_share``: share of gold items from which refinement removes something;
+- ``probe/kept_token_ratio``: kept / whole-item tokens on gold items, and
+  ``probe/distractor_kept_token_ratio`` the same on the question's non-gold candidates.
+
+Tokens here are whitespace tokens of the rendered evidence (no reader involved), so
+ratios are comparable across encoders.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.pipeline.scoring import NodeScorer
+from canopy_lit.refine import parent_relative
+from canopy_lit.supervision import decision_correct, gold_counts, preference_pairs, visited_nodes
+from canopy_lit.types import Item, Question, Tree
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+class RefinementProbe:
+    """Accumulates probe statistics question by question.
+
+    Args:
+        hierarchy: tree builders (B).
+        scorer: node scorer (its encoder decides f0 vs fθ).
+        count_tokens: token counter for kept-token ratios (default: whitespace tokens).
+    """
+
+    def __init__(self, hierarchy: Hierarchy, scorer: NodeScorer, count_tokens: Callable[[str], int] = _words) -> None:
+        self.hierarchy = hierarchy
+        self.scorer = scorer
+        self.count_tokens = count_tokens
+        self.decisions: dict[int, list[bool]] = defaultdict(list)  # depth -> correct?
+        self.decisions_by_modality: dict[str, list[bool]] = defaultdict(list)
+        self.gold_leaves = 0
+        self.gold_leaves_kept = 0
+        self.items = 0
+        self.items_pruned = 0
+        self.kept_tokens = [0, 0]  # gold: kept, whole
+        self.distractor_tokens = [0, 0]
+        self.questions = 0
+        self.node_rows: list[dict[str, Any]] = []  # per-node scores for plots
+
+    def _kept_tokens(self, tree: Tree, kept: Sequence[int]) -> tuple[int, int]:
+        return (
+            self.count_tokens(self.hierarchy.evidence_text(tree, kept)),
+            self.count_tokens(self.hierarchy.evidence_text(tree, [0])),
+        )
+
+    def add(self, question: Question, items: Mapping[str, Item], distractors: Iterable[str] = ()) -> None:
+        """Probe one question: its located gold items, and optionally its non-gold candidate items."""
+        q = self.scorer.embed_query(question.text)
+        gold = {iid: g for iid, g in question.gold.items() if g and iid in items}
+        if not gold:
+            return
+        self.questions += 1
+        for iid, leaves in gold.items():
+            tree = self.hierarchy.build(items[iid])
+            scores = self.scorer.score(q, [tree])[0]
+            counts = gold_counts(tree, leaves)
+            for v in visited_nodes(tree, leaves):
+                ok = decision_correct(tree, scores, preference_pairs(tree, v, counts))
+                self.decisions[int(tree.depth[v])].append(ok)
+                self.decisions_by_modality[tree.item.modality.value].append(ok)
+            kept = parent_relative(tree, scores)
+            kept_leaves = {leaf for v in kept for leaf in tree.leaf_range(v)}
+            self.gold_leaves += len(set(leaves))
+            self.gold_leaves_kept += len(set(leaves) & kept_leaves)
+            self.items += 1
+            self.items_pruned += kept != [0]
+            k, w = self._kept_tokens(tree, kept)
+            self.kept_tokens[0] += k
+            self.kept_tokens[1] += w
+            for v in range(len(tree)):
+                self.node_rows.append(
+                    {
+                        "question": question.id,
+                        "item": iid,
+                        "depth": int(tree.depth[v]),
+                        "gold": bool(counts[v] > 0),
+                        "root_relative": float(scores[v] - scores[0]),
+                    }
+                )
+        for iid in distractors:
+            if iid in gold or iid not in items:
+                continue
+            tree = self.hierarchy.build(items[iid])
+            kept = parent_relative(tree, self.scorer.score(q, [tree])[0])
+            k, w = self._kept_tokens(tree, kept)
+            self.distractor_tokens[0] += k
+            self.distractor_tokens[1] += w
+
+    def metrics(self, prefix: str = "probe") -> dict[str, float]:
+        all_dec = [d for ds in self.decisions.values() for d in ds]
+        out = {
+            f"{prefix}/n_questions": float(self.questions),
+            f"{prefix}/n_items": float(self.items),
+            f"{prefix}/n_nodes": float(len(all_dec)),
+            f"{prefix}/decision_accuracy": float(np.mean(all_dec)) if all_dec else float("nan"),
+            f"{prefix}/gold_recall": self.gold_leaves_kept / self.gold_leaves if self.gold_leaves else float("nan"),
+            f"{prefix}/pruned_share": self.items_pruned / self.items if self.items else float("nan"),
+            f"{prefix}/kept_token_ratio": self.kept_tokens[0] / self.kept_tokens[1] if self.kept_tokens[1] else float("nan"),
+        }
+        if self.distractor_tokens[1]:
+            out[f"{prefix}/distractor_kept_token_ratio"] = self.distractor_tokens[0] / self.distractor_tokens[1]
+        for depth, ds in sorted(self.decisions.items()):
+            out[f"{prefix}/decision_accuracy/depth_{depth}"] = float(np.mean(ds))
+            out[f"{prefix}/n_nodes/depth_{depth}"] = float(len(ds))
+        for mod, ds in sorted(self.decisions_by_modality.items()):
+            out[f"{prefix}/decision_accuracy/{mod}"] = float(np.mean(ds))
+        return out

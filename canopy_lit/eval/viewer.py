@@ -1,0 +1,466 @@
+"""Static HTML evidence viewer for one run: ``python -m canopy_lit.eval.viewer RUN_DIR [--out DIR]``.
+
+One self-contained ``index.html`` (inline CSS and a few lines of JS, no server, no CDN): per
+question, each retrieved item with its kept regions highlighted and dropped regions faded,
+gold regions outlined, the tree decisions (keep / split / drop per visited node), the
+critic's verdict and follow-up query per round, and the answer vs the gold answers.
+
+The run records hold leaf ranges, not text, so items are rebuilt from the benchmark file
+the run read (``data.name`` / ``data.path`` of ``.hydra/config.yaml``, or ``--benchmark`` /
+``--data-path``); an item's leaves do not depend on B, so the ranges index them exactly.
+Items of other bundled benchmarks (a unified-corpus run) are found by their id prefix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from canopy_lit.eval.plots import tree_shape
+from canopy_lit.eval.tables import cfg_get, load_config, read_jsonl
+from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.types import Item, Leaf, Modality, Question
+
+log = logging.getLogger(__name__)
+
+
+class ItemResolver:
+    """Item and question lookup for a run: the run's benchmark file, then bundled benchmarks by id prefix.
+
+    Args:
+        benchmark: the run's benchmark name (None = resolve by id prefix only).
+        path: the file the run read (None = the bundled sample).
+        options: reader options from the run's data config (e.g. OTT-QA ``tables``).
+    """
+
+    def __init__(self, benchmark: str | None, path: str | None = None, options: Mapping[str, Any] | None = None) -> None:
+        self.benchmark = benchmark
+        self.path = path
+        self.options = dict(options or {})
+        self._benches: dict[str, Any] = {}
+        self._questions: dict[str, dict[str, Question]] = {}
+        self.errors: dict[str, str] = {}
+
+    def _load(self, name: str) -> Any | None:
+        if name in self._benches or name in self.errors:
+            return self._benches.get(name)
+        from canopy_lit.data import BENCHMARKS, load_benchmark
+
+        if name not in BENCHMARKS:
+            self.errors[name] = f"unknown benchmark {name!r}"
+            return None
+        try:
+            if name == self.benchmark:
+                bench = load_benchmark(name, self.path, **self.options)
+            else:
+                bench = load_benchmark(name)
+        except Exception as err:  # noqa: BLE001 - shown in the page; the viewer still renders what it has
+            self.errors[name] = f"{type(err).__name__}: {err}"
+            log.warning("cannot load benchmark %s: %s", name, err)
+            return None
+        self._benches[name] = bench
+        return bench
+
+    def item(self, item_id: str) -> Item | None:
+        names = [self.benchmark] if self.benchmark else []
+        prefix = item_id.split(":", 1)[0] if ":" in item_id else None
+        if prefix and prefix not in names:
+            names.append(prefix)
+        for name in names:
+            bench = self._load(name)
+            if bench is not None and item_id in bench.items:
+                return bench.items[item_id]
+        return None
+
+    def question(self, qid: str, benchmark: str | None = None) -> Question | None:
+        name = benchmark or self.benchmark
+        bench = self._load(name) if name else None
+        if bench is None:
+            return None
+        if name not in self._questions:
+            self._questions[name] = {q.id: q for q in bench.questions}
+        return self._questions[name].get(qid)
+
+
+# --- per-item rendering ---------------------------------------------------------------------------
+
+
+def _esc(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def leaf_states(n_leaves: int, leaf_ranges: Sequence[Sequence[int]]) -> list[bool]:
+    """Per leaf: kept (inside a retained range) or dropped."""
+    kept = [False] * n_leaves
+    for s, e in leaf_ranges:
+        for i in range(max(0, int(s)), min(n_leaves, int(e))):
+            kept[i] = True
+    return kept
+
+
+def _leaf_html(item: Item, leaves: Sequence[Leaf], kept: Sequence[bool], gold: set[int], data_dir: Path, out_dir: Path) -> str:
+    def cls(i: int) -> str:
+        return ("kept" if kept[i] else "drop") + (" gold" if i in gold else "")
+
+    mod = item.modality
+    if mod == Modality.TABLE and item.table is not None:
+        head = "".join(f"<th>{_esc(h)}</th>" for h in item.table.header)
+        rows = []
+        for i, row in enumerate(item.table.rows):
+            cells = "".join(f"<td>{_esc(c)}</td>" for c in row)
+            rows.append(f'<tr class="{cls(i)}" title="row {i}"><td class="ix">{i}</td>{cells}</tr>')
+        cap = f"<caption>{_esc(item.table.caption)}</caption>" if item.table.caption else ""
+        return f'<table class="tbl">{cap}<tr><th class="ix">#</th>{head}</tr>{"".join(rows)}</table>'
+    if mod == Modality.IMAGE and item.image:
+        src = Path(item.image)
+        if not src.is_absolute():
+            src = data_dir / src
+        rel = os.path.relpath(src, out_dir)
+        return f'<div class="{cls(0)}"><img src="{_esc(rel)}" alt="{_esc(item.title)}"><br>{_esc(item.title)}</div>'
+    if mod == Modality.VIDEO:
+        clips = [
+            f'<span class="clip {cls(i)}" title="leaf {i}">{leaf.t_start:.0f}-{leaf.t_end:.0f} s</span>'
+            for i, leaf in enumerate(leaves)
+        ]
+        path = item.video.path if item.video else ""
+        return f'<div class="video"><code>{_esc(path)}</code><br>{" ".join(clips)}</div>'
+    spans = [f'<span class="{cls(i)}" title="sentence {i}">{_esc(leaf.text)}</span>' for i, leaf in enumerate(leaves)]
+    return f'<p class="text">{" ".join(spans)}</p>'
+
+
+def decisions_html(n_leaves: int, branching: int, leaf_ranges: Sequence[Sequence[int]]) -> str:
+    """The visited nodes of an item's tree as an indented list: [start, end) keep / split / drop."""
+    try:
+        tree = tree_shape(n_leaves, branching)
+        kept = {tree.find(int(s), int(e)) for s, e in leaf_ranges}
+    except (KeyError, ValueError) as err:
+        return f'<div class="warn">tree decisions unavailable: {_esc(err)}</div>'
+    split = {a for v in kept for a in tree.ancestors(v)}
+    lines: list[str] = []
+
+    def walk(v: int) -> None:
+        if v in kept:
+            state = "keep"
+        elif v in split:
+            state = "split"
+        else:
+            state = "drop"
+        pad = "&nbsp;&nbsp;" * int(tree.depth[v])
+        lines.append(f'<div class="node {state}">{pad}[{tree.starts[v]}, {tree.ends[v]}) {state}</div>')
+        if v in split:
+            for c in tree.children[v]:
+                walk(c)
+
+    walk(0)
+    return "".join(lines)
+
+
+def item_html(
+    kept: Mapping[str, Any],
+    resolver: ItemResolver,
+    hierarchy: Hierarchy,
+    branching: int,
+    gold: Mapping[str, Sequence[int]],
+    data_dir: Path,
+    out_dir: Path,
+) -> str:
+    """One kept-item card: header, the item with kept/dropped regions, its tree decisions."""
+    iid = str(kept.get("item_id", "?"))
+    n = int(kept.get("n_leaves") or 0)
+    ranges = [tuple(r) for r in kept.get("leaf_ranges") or []]
+    item = resolver.item(iid)
+    is_gold = iid in gold
+    badge = ' <span class="badge goldb">gold item</span>' if is_gold else ""
+    agg = ' <span class="badge">aggregation: whole table</span>' if kept.get("aggregation") else ""
+    tok = f"{kept.get('kept_tokens', '?')} / {kept.get('item_tokens', '?')} tokens kept"
+    head = (
+        f'<div class="ihead"><b>{_esc(item.title if item and item.title else iid)}</b> '
+        f'<span class="mod">{_esc(kept.get("modality", "?"))}</span>{badge}{agg} '
+        f'<span class="dim">{_esc(iid)} · leaves {_esc(ranges)} of {n} · {_esc(tok)}</span></div>'
+    )
+    if item is None:
+        body = '<div class="warn">item text not available (benchmark file not found); kept leaf ranges above</div>'
+    else:
+        leaves = hierarchy.builder(item.modality).leaves(item)
+        warn = ""
+        if len(leaves) != n:
+            warn = (f'<div class="warn">the item now has {len(leaves)} leaves, the run saw {n}: '
+                    "the data file differs from the run's</div>")
+        body = warn + _leaf_html(item, leaves, leaf_states(len(leaves), ranges), set(gold.get(iid) or []), data_dir, out_dir)
+    tree = f"<details class=\"tree\"><summary>tree decisions (B={branching})</summary>{decisions_html(n, branching, ranges)}</details>" if n else ""
+    return f'<div class="item{" isgold" if is_gold else ""}">{head}{body}{tree}</div>'
+
+
+def _controller_html(ctrl: Mapping[str, Any] | None, is_last: bool) -> str:
+    if not ctrl:
+        return '<div class="critic dim">no controller call after this round' + (" (last round: the reader answers)" if is_last else "") + "</div>"
+    stop = ctrl.get("stop")
+    verdict = "sufficient: stop" if stop else "insufficient: retrieve again"
+    parts = [f'<b class="{"ok" if stop else "bad"}">critic: {verdict}</b>']
+    if ctrl.get("followup") and not stop:
+        parts.append(f"follow-up query: <q>{_esc(ctrl['followup'])}</q>")
+    for k, v in ctrl.items():
+        if k not in ("stop", "followup") and v not in (None, "", [], {}):
+            shown = v if isinstance(v, str) else f"{v:.3f}" if isinstance(v, float) else json.dumps(v, ensure_ascii=False)
+            parts.append(f"{_esc(k)}: {_esc(shown)}")
+    return '<div class="critic">' + "<br>".join(parts) + "</div>"
+
+
+def question_html(
+    rec: Mapping[str, Any],
+    resolver: ItemResolver,
+    hierarchy: Hierarchy,
+    branching: int,
+    data_dir: Path,
+    out_dir: Path,
+    open_: bool = False,
+) -> str:
+    q = resolver.question(str(rec.get("id")), rec.get("benchmark") or None)
+    gold = q.gold if q else {}
+    scores = rec.get("scores") or {}
+    score = " ".join(f"{k.upper()} {100 * float(v):.0f}" for k, v in scores.items())
+    status = rec.get("status", "ok")
+    calls = rec.get("llm_calls") or {}
+    summary = (
+        f'<span class="st {"ok" if status == "ok" else "bad"}">{_esc(status)}</span> '
+        f'<span class="qid">{_esc(rec.get("id"))}</span> {_esc(rec.get("question", ""))} '
+        f'<span class="dim">· {_esc(score)} · {rec.get("evidence_tokens", 0)} tokens · '
+        f'{len(rec.get("rounds") or [])} round(s) · {sum(calls.values())} LLM call(s)</span>'
+    )
+    answers = " | ".join(str(a) for a in rec.get("answers") or [])
+    hit = scores.get("em", scores.get("accuracy"))
+    ans = (
+        f'<div class="answer"><div><b>prediction:</b> <span class="{"ok" if hit else "bad"}">'
+        f'{_esc(rec.get("prediction") or "")}</span></div><div><b>gold:</b> {_esc(answers)}</div>'
+    )
+    if q and q.choices:
+        ans += "<div><b>choices:</b> " + " ".join(_esc(c) for c in q.choices) + "</div>"
+    if rec.get("error"):
+        ans += f'<div class="warn">error: {_esc(rec["error"])}</div>'
+    if gold:
+        held = {k.get("item_id") for rd in rec.get("rounds") or [] for k in rd.get("kept") or []}
+        marks = " ".join(
+            f'<span class="{"ok" if iid in held else "bad"}">{"✓" if iid in held else "✗"} {_esc(iid)}</span>'
+            for iid in gold
+        )
+        ans += f"<div><b>gold evidence</b> (✓ retrieved, ✗ missed): {marks}</div>"
+    cost = ", ".join(f"{k} {v}" for k, v in calls.items())
+    times = ", ".join(f"{k} {float(v):.2f}s" for k, v in (rec.get("time_s") or {}).items())
+    ans += f'<div class="dim">LLM calls: {_esc(cost or "none")} · time: {_esc(times)} · latency {float(rec.get("latency_s", 0)):.2f}s'
+    if rec.get("truncated_items"):
+        ans += f' · <span class="bad">{rec["truncated_items"]} item(s) cut by the reader cap</span>'
+    ans += "</div></div>"
+    rounds = rec.get("rounds") or []
+    body = []
+    for i, rd in enumerate(rounds):
+        kept_ids = {k.get("item_id") for k in rd.get("kept") or []}
+        retrieved = "".join(
+            f'<span class="rid{"" if r in kept_ids else " dup"}">{_esc(r)}</span>' for r in rd.get("retrieved") or []
+        )
+        items = "".join(item_html(k, resolver, hierarchy, branching, gold, data_dir, out_dir) for k in rd.get("kept") or [])
+        body.append(
+            f'<div class="round"><h4>round {int(rd.get("round", i)) + 1}: <q>{_esc(rd.get("query", ""))}</q></h4>'
+            f'<div class="dim">retrieved {len(rd.get("retrieved") or [])}, duplicates (already held, struck out) '
+            f'{rd.get("duplicates", 0)}: {retrieved}</div>{items}'
+            f"{_controller_html(rd.get('controller'), i == len(rounds) - 1)}</div>"
+        )
+    if not rounds:
+        body.append('<div class="dim">no retrieval rounds</div>')
+    text = _esc(f"{rec.get('id')} {rec.get('question', '')} {rec.get('prediction', '')}".lower())
+    return (
+        f'<details class="q" data-text="{text}" data-status="{_esc(status)}" data-hit="{1 if hit else 0}"'
+        f'{" open" if open_ else ""}><summary>{summary}</summary>{ans}{"".join(body)}</details>'
+    )
+
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;max-width:1100px;padding:16px;color:#222}
+h1{font-size:20px;margin:0 0 4px} .dim{color:#777;font-size:12px} q{font-style:italic}
+.legend span{margin-right:12px} .bar{position:sticky;top:0;background:#fff;padding:8px 0;border-bottom:1px solid #ddd;z-index:2}
+details.q{border:1px solid #ddd;border-radius:6px;margin:10px 0;padding:6px 10px}
+details.q>summary{cursor:pointer;font-weight:500} .qid{font-family:monospace;font-size:12px;color:#555}
+.st{font-size:11px;padding:1px 6px;border-radius:8px;color:#fff}.st.ok{background:#2e7d32}.st.bad{background:#c62828}
+.ok{color:#2e7d32}.bad{color:#c62828} .st.ok,.st.bad{color:#fff} .answer{background:#f6f6f6;padding:6px 8px;border-radius:4px;margin:6px 0}
+.round{border-left:3px solid #90a4ae;padding-left:10px;margin:10px 0} .round h4{margin:4px 0}
+.item{border:1px solid #e0e0e0;border-radius:4px;padding:6px 8px;margin:6px 0} .item.isgold{border-color:#f9a825}
+.ihead{margin-bottom:4px} .mod,.badge{font-size:11px;background:#eceff1;padding:1px 5px;border-radius:6px}
+.goldb{background:#fff3c4} .kept{background:#c8f7c5} .drop{opacity:.38} .gold{outline:2px solid #f9a825;outline-offset:-1px}
+p.text span{padding:1px 0} .tbl{border-collapse:collapse;font-size:12px} .tbl td,.tbl th{border:1px solid #ddd;padding:2px 5px}
+.tbl th{background:#fafafa} .ix{color:#999} .clip{display:inline-block;padding:1px 4px;margin:1px;border-radius:3px}
+.rid{font-family:monospace;font-size:11px;margin-right:6px}.rid.dup{text-decoration:line-through;color:#999}
+.critic{background:#eef4fb;padding:5px 8px;border-radius:4px;margin-top:6px}
+.tree{font-family:monospace;font-size:11px;margin-top:4px} .node.keep{color:#2e7d32;font-weight:600}
+.node.split{color:#b28704}.node.drop{color:#c62828} .warn{color:#b71c1c;font-size:12px} img{max-width:320px}
+"""
+
+JS = """
+function filt(){var t=document.getElementById('f').value.toLowerCase(),m=document.getElementById('m').value;
+document.querySelectorAll('details.q').forEach(function(d){var ok=d.dataset.text.indexOf(t)>=0;
+if(m=='failed')ok=ok&&d.dataset.status!='ok';if(m=='wrong')ok=ok&&d.dataset.hit=='0';if(m=='right')ok=ok&&d.dataset.hit=='1';
+d.style.display=ok?'':'none';});}
+function all(o){document.querySelectorAll('details.q').forEach(function(d){if(d.style.display!='none')d.open=o;});}
+"""
+
+
+def _data_options(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """Reader options of the run's data config (``data.options``), unresolvable values left out."""
+    opts = cfg_get(cfg, "data.options") or {}
+    return {k: v for k, v in opts.items() if v is not None and not (isinstance(v, str) and "${" in v)}
+
+
+def build_viewer(
+    run_dir: str | Path,
+    out_dir: str | Path | None = None,
+    *,
+    benchmark: str | None = None,
+    data_path: str | None = None,
+    branching: int | None = None,
+    limit: int | None = None,
+    open_first: int = 1,
+) -> Path:
+    """Write ``<out_dir>/index.html`` for the run in ``run_dir`` (default out_dir: ``run_dir/viewer``).
+
+    Args:
+        run_dir: an evaluation run folder (``predictions.jsonl``; ``.hydra/config.yaml`` optional).
+        benchmark, data_path: override the run config's ``data.name`` / ``data.path``.
+        branching: override the run config's ``tree.branching`` (for the tree decisions).
+        limit: render only the first N questions.
+        open_first: questions expanded on load.
+
+    Raises:
+        FileNotFoundError: no ``predictions.jsonl`` in ``run_dir``.
+    """
+    run_dir = Path(run_dir)
+    preds = run_dir / "predictions.jsonl"
+    if not preds.is_file():
+        raise FileNotFoundError(f"{run_dir}: no predictions.jsonl (not an evaluation run folder?)")
+    cfg = load_config(run_dir)
+    records = read_jsonl(preds)
+    if limit is not None:
+        records = records[:limit]
+    name = benchmark or cfg_get(cfg, "data.name") or next((r.get("benchmark") for r in records if r.get("benchmark")), None)
+    path = data_path or cfg_get(cfg, "data.path")
+    resolver = ItemResolver(name, path, _data_options(cfg) if not data_path else {})
+    b = int(branching or cfg_get(cfg, "tree.branching") or 2)
+    hierarchy = Hierarchy(b)
+    out = Path(out_dir) if out_dir else run_dir / "viewer"
+    out.mkdir(parents=True, exist_ok=True)
+    from canopy_lit.data.benchmark import project_data_dir
+
+    data_dir = project_data_dir()
+    metrics: dict[str, Any] = {}
+    if (run_dir / "metrics.json").is_file():
+        metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+    shown = ("eval/n", "eval/failed", "eval/em", "eval/f1", "eval/accuracy", "eval/evidence_tokens", "eval/llm_calls",
+             "eval/rounds", "eval/duplicate_rate")
+    mline = " · ".join(f"{k.split('/')[1]} {metrics[k]:.3g}" for k in shown if isinstance(metrics.get(k), (int, float)))
+    setting = " · ".join(
+        f"{k} {v}"
+        for k, v in (
+            ("method", cfg_get(cfg, "method.name")),
+            ("benchmark", name),
+            ("k", cfg_get(cfg, "retrieval.k")),
+            ("B", b),
+            ("R", cfg_get(cfg, "loop.max_rounds")),
+            ("refine", str(cfg_get(cfg, "refine._target_") or "").rsplit(".", 1)[-1] or None),
+            ("adapter", cfg_get(cfg, "encoder.adapter") or ("null" if cfg_get(cfg, "encoder") else None)),
+        )
+        if v is not None
+    )
+    qs = [question_html(r, resolver, hierarchy, b, data_dir, out, i < open_first) for i, r in enumerate(records)]
+    errors = "".join(f'<div class="warn">could not load {_esc(k)}: {_esc(v)}</div>' for k, v in resolver.errors.items())
+    page = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Evidence viewer: {_esc(run_dir.name)}</title>
+<style>{CSS}</style><script>{JS}</script></head><body>
+<h1>Evidence viewer</h1>
+<div class="dim">{_esc(run_dir)}</div>
+<div>{_esc(setting)}</div><div class="dim">{_esc(mline)}</div>{errors}
+<div class="bar"><input id="f" placeholder="filter: id, question, prediction" oninput="filt()" size="40">
+<select id="m" onchange="filt()"><option value="">all</option><option value="wrong">wrong (EM/acc 0)</option>
+<option value="right">right</option><option value="failed">failed</option></select>
+<button onclick="all(true)">expand</button><button onclick="all(false)">collapse</button>
+<span class="legend dim"><span class="kept">kept region</span><span class="drop">dropped region</span>
+<span class="gold">gold region</span><span class="rid dup">duplicate</span></span></div>
+{"".join(qs)}
+<p class="dim">{len(records)} question(s). Generated by canopy_lit.eval.viewer from the run folder; no server needed.</p>
+</body></html>
+"""
+    index = out / "index.html"
+    index.write_text(page, encoding="utf-8")
+    return index
+
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+def headless(page: str | Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run headless Chromium on a page from disk (fresh profile, no network services, no GPU).
+
+    Raises:
+        FileNotFoundError: no Chromium on PATH (Debian: ``apt-get install chromium``).
+    """
+    exe = next((p for p in map(shutil.which, BROWSERS) if p), None)
+    if exe is None:
+        raise FileNotFoundError("headless rendering needs Chromium on PATH (Debian: apt-get install chromium)")
+    with tempfile.TemporaryDirectory() as profile:
+        cmd = [
+            exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
+            "--hide-scrollbars", *args, Path(page).resolve().as_uri(),
+        ]  # fmt: skip
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def screenshot(page: str | Path, png: str | Path, width: int = 1200, height: int = 1400) -> Path:
+    """A PNG of the page as Chromium renders it (what the README shows)."""
+    png = Path(png).resolve()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    png.unlink(missing_ok=True)
+    proc = headless(page, f"--window-size={width},{height}", f"--screenshot={png}")
+    if not png.is_file():
+        raise RuntimeError(f"chromium wrote no screenshot (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    from PIL import Image, ImageChops
+
+    with Image.open(png) as im:  # cut the empty page below the content
+        rgb = im.convert("RGB")
+        box = ImageChops.difference(rgb, Image.new("RGB", rgb.size, (255, 255, 255))).getbbox()
+        if box and box[3] + 16 < rgb.height:
+            rgb.crop((0, 0, rgb.width, box[3] + 16)).save(png)
+    return png
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m canopy_lit.eval.viewer", description=__doc__.split("\n")[0])
+    ap.add_argument("run_dir", help="evaluation run folder (predictions.jsonl)")
+    ap.add_argument("--out", default=None, help="output folder (default RUN_DIR/viewer)")
+    ap.add_argument("--benchmark", default=None, help="benchmark name (default: the run's data.name)")
+    ap.add_argument("--data-path", default=None, help="benchmark file (default: the run's data.path or the bundled one)")
+    ap.add_argument("--branching", type=int, default=None, help="B of the run's trees (default: tree.branching)")
+    ap.add_argument("--limit", type=int, default=None, help="render only the first N questions")
+    ap.add_argument("--screenshot", default=None, help="also save a PNG of the page rendered by headless Chromium")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        index = build_viewer(args.run_dir, args.out, benchmark=args.benchmark, data_path=args.data_path,
+                             branching=args.branching, limit=args.limit)
+        if args.screenshot:
+            print(screenshot(index, args.screenshot))
+    except (FileNotFoundError, ValueError, RuntimeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(index)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""Weights & Biases reporting: metrics, study tables as W&B tables, plots as images.
+
+``wandb`` is an optional extra (``pip install canopy-lit[wandb]``) and is imported only
+when something is logged. ``WANDB_MODE=offline`` (or ``mode="offline"``) writes the run
+under ``dir/wandb/`` for a later ``wandb sync``; nothing here needs a network.
+
+Two entry points:
+
+- ``log_report(runs, images, ...)``: a study report (one W&B run) from run folders,
+  used by ``python -m canopy_lit.eval.tables ... --wandb-project P`` and ``experiments/refresh.py``;
+- ``log_eval_run(run_dir, logger_cfg)``: one evaluation run folder, for ``evaluate`` when a
+  wandb logger is configured (``logger.wandb`` in the Hydra config, Lightning's
+  ``WandbLogger`` keys: project, name, group, tags, save_dir, offline, entity).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from canopy_lit.eval.tables import Run, group_studies, load_run, study_rows
+
+
+def _wandb() -> Any:
+    try:
+        import wandb
+    except ImportError as err:  # optional extra
+        raise ImportError("W&B logging needs the optional extra: pip install 'canopy-lit[wandb]'") from err
+    return wandb
+
+
+def wandb_kwargs(logger_cfg: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``wandb.init`` arguments from a logger config, or None when no wandb logger is configured.
+
+    Accepts the ``logger`` group (``{wandb: {...}}``) or the wandb entry itself, with Lightning
+    ``WandbLogger`` keys (``save_dir`` -> ``dir``, ``offline: true`` -> ``mode="offline"``).
+    """
+    if not logger_cfg:
+        return None
+    cfg = dict(logger_cfg)
+    if "wandb" in cfg and isinstance(cfg["wandb"], Mapping):
+        cfg = dict(cfg["wandb"])
+    target = str(cfg.get("_target_", ""))
+    if target and "wandb" not in target.lower():
+        return None
+    if not target and "project" not in cfg:
+        return None
+    out: dict[str, Any] = {}
+    for key in ("project", "name", "group", "tags", "entity", "job_type", "notes"):
+        if cfg.get(key) is not None:
+            out[key] = list(cfg[key]) if key == "tags" else cfg[key]
+    if cfg.get("save_dir") or cfg.get("dir"):
+        out["dir"] = str(cfg.get("save_dir") or cfg.get("dir"))
+    if cfg.get("offline"):
+        out["mode"] = "offline"
+    elif cfg.get("mode"):
+        out["mode"] = cfg["mode"]
+    return out
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    return v
+
+
+def _table(wandb: Any, rows: Sequence[Mapping[str, Any]]) -> Any:
+    cols: list[str] = []
+    for r in rows:
+        cols += [k for k in r if k not in cols]
+    data = [[_clean(r.get(c)) if not isinstance(r.get(c), (list, dict)) else str(r.get(c)) for c in cols] for r in rows]
+    return wandb.Table(columns=cols, data=data, allow_mixed_types=True)
+
+
+def log_report(
+    runs: Sequence[Run],
+    images: Mapping[str, str | Path] | None = None,
+    *,
+    project: str = "canopy-lit",
+    name: str | None = None,
+    mode: str | None = None,
+    dir: str | Path | None = None,
+    **init: Any,
+) -> str:
+    """Log the study tables of ``runs`` (one W&B table per study and kind), every run's flat
+    metrics (``<study>/<method>/<benchmark>/<metric>`` in the summary) and ``images`` (name -> PNG).
+
+    Returns:
+        the local folder of the W&B run.
+    """
+    wandb = _wandb()
+    run = wandb.init(project=project, name=name, mode=mode, dir=str(dir) if dir else None, job_type="report", **init)
+    try:
+        payload: dict[str, Any] = {}
+        for study, sub in group_studies(runs).items():
+            for kind, rows in study_rows(sub).items():
+                payload[f"tables/{study}/{kind}"] = _table(wandb, rows)
+            for r in sub:
+                tag = "/".join(x for x in (study, r.method, r.benchmark, r.path.name) if x)
+                for k, v in r.metrics.items():
+                    if not math.isnan(v):
+                        run.summary[f"{tag}/{k}"] = v
+        for key, path in (images or {}).items():
+            payload[f"plots/{key}"] = wandb.Image(str(path))
+        if payload:
+            run.log(payload)
+        return str(Path(run.dir).parent)
+    finally:
+        run.finish()
+
+
+def log_eval_run(run_dir: str | Path, logger_cfg: Mapping[str, Any] | None, config: Mapping[str, Any] | None = None) -> str | None:
+    """Log one evaluation run folder when a wandb logger is configured; None (nothing done) otherwise.
+
+    Logs ``metrics.json`` (summary + one step), the per-question records as a W&B table
+    (id, question, prediction, gold, status, scores, tokens, rounds, LLM calls) and the run's plots.
+    """
+    kwargs = wandb_kwargs(logger_cfg)
+    if kwargs is None:
+        return None
+    wandb = _wandb()
+    from canopy_lit.eval.plots import make_all
+
+    rd = Path(run_dir)
+    r = load_run(rd)
+    kwargs.setdefault("name", rd.name)
+    run = wandb.init(config=dict(config or r.config), job_type="evaluate", **kwargs)
+    try:
+        clean = {k: v for k, v in r.metrics.items() if not math.isnan(v)}
+        for k, v in clean.items():
+            run.summary[k] = v
+        payload: dict[str, Any] = dict(clean)
+        rows = [
+            {
+                "id": rec.get("id"),
+                "question": rec.get("question"),
+                "prediction": rec.get("prediction"),
+                "gold": " | ".join(map(str, rec.get("answers") or [])),
+                "status": rec.get("status"),
+                **{f"score/{k}": v for k, v in (rec.get("scores") or {}).items()},
+                "evidence_tokens": rec.get("evidence_tokens"),
+                "rounds": len(rec.get("rounds") or []),
+                "llm_calls": sum((rec.get("llm_calls") or {}).values()),
+                "latency_s": rec.get("latency_s"),
+            }
+            for rec in r.records()
+        ]
+        if rows:
+            payload["predictions"] = _table(wandb, rows)
+        for key, path in make_all([r], rd / "plots").items():
+            payload[f"plots/{key}"] = wandb.Image(str(path))
+        run.log(payload)
+        return str(Path(run.dir).parent)
+    finally:
+        run.finish()

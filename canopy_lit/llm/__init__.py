@@ -1,0 +1,68 @@
+"""LLM layer: one small protocol, three backends (llama.cpp in process, OpenAI-compatible HTTP,
+vLLM), the pipeline's prompts, robust parsing and per-role call accounting.
+
+Example::
+
+    llm = load_llm("llamacpp", model="qwen2.5-1.5b")
+    verdict = LLMCritic(llm, mode="logprob").judge(question, evidence)
+    llm.log.summary()["by_role"]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from canopy_lit.llm.base import (
+    LLM,
+    BaseLLM,
+    CallLog,
+    CallRecord,
+    LLMError,
+    LLMResponse,
+    Message,
+    assistant,
+    render_text_only,
+    system,
+    user,
+)
+from canopy_lit.llm.parsing import PARSE_STATS, CriticVerdict, ParseStats, extract_json
+from canopy_lit.llm.roles import (
+    AggregationClassifier,
+    IRCoTStep,
+    IRCoTStepper,
+    LLMCritic,
+    LLMReader,
+    LLMRelevanceScorer,
+    ModalityRouter,
+    ReaderAnswer,
+)
+
+BACKENDS = ("llamacpp", "openai", "vllm")
+
+
+def load_llm(backend: str = "llamacpp", model: str = "qwen2.5-1.5b", **kwargs: Any) -> BaseLLM:
+    """Build a backend by name; ``kwargs`` go to its constructor (``n_ctx``, ``base_url``, ...).
+
+    Backends are imported here, not at package import, so ``vllm`` is only needed when used.
+    """
+    if backend == "llamacpp":
+        from canopy_lit.llm.llamacpp import LlamaCppLLM
+
+        return LlamaCppLLM(model, **kwargs)
+    if backend == "openai":
+        from canopy_lit.llm.openai import OpenAILLM
+
+        return OpenAILLM(model, **kwargs)
+    if backend == "vllm":
+        from canopy_lit.llm.vllm import VLLMLLM
+
+        return VLLMLLM(model, **kwargs)
+    raise ValueError(f"unknown LLM backend {backend!r}; choose one of {BACKENDS}")
+
+
+__all__ = [
+    "BACKENDS", "LLM", "PARSE_STATS", "AggregationClassifier", "BaseLLM", "CallLog", "CallRecord",
+    "CriticVerdict", "IRCoTStep", "IRCoTStepper", "LLMCritic", "LLMError", "LLMReader", "LLMRelevanceScorer",
+    "LLMResponse", "Message", "ModalityRouter", "ParseStats", "ReaderAnswer", "assistant", "extract_json",
+    "load_llm", "render_text_only", "system", "user",
+]  # fmt: skip

@@ -1,0 +1,353 @@
+"""The LLM protocol shared by every backend, message helpers and per-call accounting.
+
+Messages are OpenAI-format dicts (``{"role": "user", "content": str | [parts]}``), the lingua franca
+of vLLM, llama.cpp servers and hosted APIs. Image content parts may carry a ``description`` that
+text-only models receive instead of the pixels (``render_text_only``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+Message = dict[str, Any]
+
+
+class LLMError(RuntimeError):
+    """A backend call failed for good (after retries), with the backend and cause in the message."""
+
+
+# --------------------------------------------------------------------------- messages
+
+
+def system(text: str) -> Message:
+    return {"role": "system", "content": text}
+
+
+def user(text: str, images: Sequence[str | dict[str, str]] = ()) -> Message:
+    """A user message; ``images`` are paths/URLs or ``{"url", "description"}`` dicts (image parts)."""
+    if not images:
+        return {"role": "user", "content": text}
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    for im in images:
+        im = {"url": im} if isinstance(im, str) else dict(im)
+        part: dict[str, Any] = {"type": "image_url", "image_url": {"url": _as_url(im["url"])}}
+        if im.get("description"):
+            part["description"] = im["description"]
+        parts.append(part)
+    return {"role": "user", "content": parts}
+
+
+def assistant(text: str) -> Message:
+    return {"role": "assistant", "content": text}
+
+
+def _as_url(path_or_url: str) -> str:
+    if "://" in path_or_url or path_or_url.startswith("data:"):
+        return path_or_url
+    return Path(path_or_url).expanduser().resolve().as_uri()
+
+
+def _describe_part(part: dict[str, Any]) -> str:
+    kind = part.get("type", "")
+    if kind == "text":
+        return str(part.get("text", ""))
+    desc = part.get("description")
+    if kind in ("image_url", "image"):
+        url = (part.get("image_url") or {}).get("url", "") if isinstance(part.get("image_url"), dict) else ""
+        name = Path(url.split("?")[0]).name if url and not url.startswith("data:") else "inline image"
+        return f"[image {name}: {desc}]" if desc else f"[image {name}: no description available]"
+    if kind in ("video_url", "video"):
+        return f"[video: {desc}]" if desc else "[video: no description available]"
+    return f"[{kind}: {desc}]" if desc else f"[{kind}]"
+
+
+def render_text_only(messages: Sequence[Message]) -> list[Message]:
+    """Flatten content parts to plain text; image/video parts become ``[image name: description]``."""
+    out = []
+    for m in messages:
+        c = m.get("content")
+        if isinstance(c, list):
+            m = {**m, "content": "\n".join(_describe_part(p) for p in c)}
+        out.append(m)
+    return out
+
+
+def strip_extensions(messages: Sequence[Message]) -> list[Message]:
+    """Drop our non-OpenAI keys (``description``) from parts before sending to a multimodal backend."""
+    out = []
+    for m in messages:
+        c = m.get("content")
+        if isinstance(c, list):
+            m = {**m, "content": [{k: v for k, v in p.items() if k != "description"} for p in c]}
+        out.append(m)
+    return out
+
+
+def has_media(messages: Sequence[Message]) -> bool:
+    return any(
+        isinstance(m.get("content"), list) and any(p.get("type") != "text" for p in m["content"]) for m in messages
+    )
+
+
+# --------------------------------------------------------------------------- responses + accounting
+
+
+@dataclass
+class LLMResponse:
+    """One completion.
+
+    Attributes:
+        text: the generated text.
+        prompt_tokens / completion_tokens: counted by the backend's own tokenizer.
+        seconds: wall time of the call (including retries for HTTP backends).
+        top_logprobs: per generated token, ``{token: logprob}`` of the top alternatives (empty if not asked).
+        cached_tokens: prompt tokens served from a prefix cache (llama.cpp), when reported.
+    """
+
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+    top_logprobs: list[dict[str, float]] = field(default_factory=list)
+    role: str = ""
+    finish_reason: str = ""
+    cached_tokens: int = 0
+
+    def first_token_probs(self) -> dict[str, float]:
+        """Probabilities of the first generated token's top alternatives."""
+        if not self.top_logprobs:
+            return {}
+        return {t: math.exp(lp) for t, lp in self.top_logprobs[0].items()}
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    role: str
+    prompt_tokens: int
+    completion_tokens: int
+    seconds: float
+    scope: str = ""
+    ok: bool = True
+
+
+class CallLog:
+    """Thread-safe record of every LLM call (role, tokens, wall time) for per-question accounting.
+
+    Use ``with log.scope(question_id): ...`` to tag calls, then ``log.summary(scope=qid)``; or take
+    ``mark = len(log)`` before a question and ``log.summary(since=mark)`` after.
+    """
+
+    def __init__(self) -> None:
+        self.records: list[CallRecord] = []
+        self._lock = threading.Lock()
+        self._scope = threading.local()
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @contextlib.contextmanager
+    def scope(self, name: str) -> Iterator[None]:
+        prev = getattr(self._scope, "name", "")
+        self._scope.name = name
+        try:
+            yield
+        finally:
+            self._scope.name = prev
+
+    def add(self, role: str, prompt_tokens: int, completion_tokens: int, seconds: float, ok: bool = True) -> None:
+        rec = CallRecord(role, prompt_tokens, completion_tokens, seconds, getattr(self._scope, "name", ""), ok)
+        with self._lock:
+            self.records.append(rec)
+
+    def summary(self, *, since: int = 0, scope: str | None = None) -> dict[str, Any]:
+        """Totals and per-role breakdown: ``{"calls", "prompt_tokens", "completion_tokens", "seconds", "by_role"}``."""
+        with self._lock:
+            recs = [r for r in self.records[since:] if scope is None or r.scope == scope]
+        by_role: dict[str, dict[str, float]] = defaultdict(
+            lambda: {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "seconds": 0.0}
+        )
+        for r in recs:
+            d = by_role[r.role]
+            d["calls"] += 1
+            d["prompt_tokens"] += r.prompt_tokens
+            d["completion_tokens"] += r.completion_tokens
+            d["seconds"] += r.seconds
+        return {
+            "calls": len(recs),
+            "prompt_tokens": sum(r.prompt_tokens for r in recs),
+            "completion_tokens": sum(r.completion_tokens for r in recs),
+            "seconds": sum(r.seconds for r in recs),
+            "failed": sum(not r.ok for r in recs),
+            "by_role": {k: dict(v) for k, v in by_role.items()},
+        }
+
+    def to_list(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [asdict(r) for r in self.records]
+
+
+# --------------------------------------------------------------------------- protocol + base class
+
+
+@runtime_checkable
+class LLM(Protocol):
+    """What every stage needs from a language model."""
+
+    name: str
+    log: CallLog
+    calibration: dict[str, float]
+
+    def chat(
+        self,
+        messages: Sequence[Message],
+        *,
+        json_mode: bool | dict[str, Any] = False,
+        logprobs: int = 0,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        stop: Sequence[str] | None = None,
+        role: str = "reader",
+    ) -> LLMResponse: ...
+
+    def chat_batch(self, batch: Sequence[Sequence[Message]], **kwargs: Any) -> list[LLMResponse]: ...
+
+    def count_tokens(self, text: str) -> int: ...
+
+
+class BaseLLM(ABC):
+    """Shared plumbing: media handling, timing and the call log. Backends implement ``_complete``.
+
+    Args:
+        multimodal: the model accepts image parts; otherwise they are rendered as text descriptions.
+        calibration: model-specific numbers fit offline (e.g. ``critic_yes_threshold``), kept with the config.
+    """
+
+    name: str = "llm"
+
+    def __init__(self, *, multimodal: bool = False, calibration: dict[str, float] | None = None) -> None:
+        self.multimodal = multimodal
+        self.calibration: dict[str, float] = dict(calibration or {})
+        self.log = CallLog()
+
+    def prepare(self, messages: Sequence[Message]) -> list[Message]:
+        if not has_media(messages):
+            return list(messages)
+        return strip_extensions(messages) if self.multimodal else render_text_only(messages)
+
+    def chat(
+        self,
+        messages: Sequence[Message],
+        *,
+        json_mode: bool | dict[str, Any] = False,
+        logprobs: int = 0,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        stop: Sequence[str] | None = None,
+        role: str = "reader",
+    ) -> LLMResponse:
+        """Generate one reply.
+
+        Args:
+            json_mode: ``True`` constrains output to a JSON object; a dict is a JSON schema to follow.
+            logprobs: number of top alternatives to return per generated token (0 = none).
+            role: accounting label (critic, reader, router, ...).
+        """
+        t0 = time.perf_counter()
+        try:
+            resp = self._complete(
+                self.prepare(messages), json_mode=json_mode, logprobs=logprobs, max_tokens=max_tokens,
+                temperature=temperature, stop=list(stop or []),
+            )  # fmt: skip
+        except Exception:
+            self.log.add(role, 0, 0, time.perf_counter() - t0, ok=False)
+            raise
+        resp.seconds = time.perf_counter() - t0
+        resp.role = role
+        self.log.add(role, resp.prompt_tokens, resp.completion_tokens, resp.seconds)
+        return resp
+
+    def chat_batch(self, batch: Sequence[Sequence[Message]], **kwargs: Any) -> list[LLMResponse]:
+        """Many independent conversations; backends with real batching override this."""
+        return [self.chat(m, **kwargs) for m in batch]
+
+    @abstractmethod
+    def _complete(
+        self,
+        messages: list[Message],
+        *,
+        json_mode: bool | dict[str, Any],
+        logprobs: int,
+        max_tokens: int,
+        temperature: float,
+        stop: list[str],
+    ) -> LLMResponse: ...
+
+    @abstractmethod
+    def count_tokens(self, text: str) -> int: ...
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the model/connection (optional)."""
+
+
+# --------------------------------------------------------------------------- OpenAI wire format
+
+
+def openai_request(
+    messages: list[Message],
+    *,
+    json_mode: bool | dict[str, Any],
+    logprobs: int,
+    max_tokens: int,
+    temperature: float,
+    stop: list[str],
+    model: str | None = None,
+) -> dict[str, Any]:
+    """The OpenAI ``/chat/completions`` body shared by the llama.cpp and HTTP backends."""
+    req: dict[str, Any] = {"messages": messages, "max_tokens": max_tokens, "temperature": temperature}
+    if model:
+        req["model"] = model
+    if stop:
+        req["stop"] = stop
+    if logprobs:
+        req["logprobs"] = True
+        req["top_logprobs"] = logprobs
+    if isinstance(json_mode, dict):
+        req["response_format"] = {"type": "json_schema", "json_schema": {"name": "reply", "schema": json_mode}}
+    elif json_mode:
+        req["response_format"] = {"type": "json_object"}
+    return req
+
+
+def parse_openai_response(body: dict[str, Any], *, source: str) -> LLMResponse:
+    """OpenAI chat-completion JSON -> ``LLMResponse`` (top logprobs flattened to ``{token: logprob}``)."""
+    if "error" in body and "choices" not in body:
+        raise LLMError(f"{source}: server returned an error: {body['error']}")
+    try:
+        choice = body["choices"][0]
+        text = choice["message"].get("content") or ""
+    except (KeyError, IndexError, TypeError) as e:
+        raise LLMError(f"{source}: malformed chat completion (no choices[0].message): {str(body)[:300]}") from e
+    tops: list[dict[str, float]] = []
+    lp = choice.get("logprobs") or {}
+    for tok in lp.get("content") or []:
+        alts = {a["token"]: float(a["logprob"]) for a in tok.get("top_logprobs") or []}
+        alts.setdefault(tok.get("token", ""), float(tok.get("logprob", -math.inf)))
+        tops.append(alts)
+    usage = body.get("usage") or {}
+    return LLMResponse(
+        text=text,
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        completion_tokens=int(usage.get("completion_tokens") or 0),
+        top_logprobs=tops,
+        finish_reason=str(choice.get("finish_reason") or ""),
+        cached_tokens=int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0),
+    )

@@ -1,0 +1,234 @@
+"""Every prompt the pipeline sends, in one place.
+
+Layout rule (for llama.cpp / vLLM prefix caching): what stays the same comes first. The critic and
+the reader share one system prompt and one ``Question + Evidence`` block, and only the short task
+line at the end differs; evidence added in a later round is appended after earlier evidence. So a
+later critic round, the follow-up call and the final reader call prefill only what is new.
+
+Each builder returns OpenAI-format messages; its docstring says what the model must return and
+``canopy_lit.llm.parsing`` has the matching parser.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from canopy_lit.llm.base import Message, system, user
+
+SHARED_SYSTEM = (
+    "You work on questions answered from retrieved evidence. Use only the evidence shown, not "
+    "outside knowledge. Be brief and follow the requested output format exactly."
+)
+
+# ----------------------------------------------------------------- shared question/evidence block
+
+
+def format_evidence(evidence: Sequence[str]) -> str:
+    """Numbered evidence pieces, one per block, in the order given (earlier rounds first)."""
+    if not evidence:
+        return "(no evidence)"
+    return "\n\n".join(f"[{i}] {e.strip()}" for i, e in enumerate(evidence, 1))
+
+
+def format_choices(choices: Sequence[str]) -> str:
+    return "\n".join(f"{chr(65 + i)}. {c}" for i, c in enumerate(choices))
+
+
+def _question_block(question: str, choices: Sequence[str] | None = None) -> str:
+    q = f"Question: {question.strip()}"
+    if choices:
+        q += f"\nOptions:\n{format_choices(choices)}"
+    return q
+
+
+def _qe(question: str, evidence: Sequence[str], choices: Sequence[str] | None) -> str:
+    return f"{_question_block(question, choices)}\n\nEvidence:\n{format_evidence(evidence)}\n\n"
+
+
+# ----------------------------------------------------------------- critic
+
+CRITIC_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "sufficient": {"type": "boolean"},
+        "missing": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+        "followup_query": {"type": "string"},
+    },
+    "required": ["sufficient", "missing", "followup_query"],
+}
+
+FOLLOWUP_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "missing": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+        "followup_query": {"type": "string"},
+    },
+    "required": ["missing", "followup_query"],
+}
+
+_CRITIC_RULE = (
+    "Task: decide whether the evidence states every fact needed to answer the question. A question "
+    "that connects two entities needs the facts about both."
+)
+
+
+def critic_json(question: str, evidence: Sequence[str], choices: Sequence[str] | None = None) -> list[Message]:
+    """Critic verdict as JSON.
+
+    Must return a JSON object ``{"sufficient": bool, "missing": [str, ...], "followup_query": str}``:
+    ``missing`` lists the needed facts absent from the evidence, ``followup_query`` is a search query
+    for them ("" when sufficient). Parsed by ``parsing.parse_critic``.
+    """
+    tail = (
+        f"{_CRITIC_RULE}\nReply with JSON only: "
+        '{"sufficient": true/false, "missing": [<missing fact>, ...], "followup_query": "<search query for the '
+        'missing facts>"}. When sufficient, use [] and "".'
+    )
+    return [system(SHARED_SYSTEM), user(_qe(question, evidence, choices) + tail)]
+
+
+def critic_yes_no(question: str, evidence: Sequence[str], choices: Sequence[str] | None = None) -> list[Message]:
+    """Critic verdict as one word, read from log-probabilities.
+
+    Must return ``Yes`` (evidence is enough) or ``No`` as its first token; the critic reads
+    P(yes) from that token's top log-probabilities (``parsing.p_yes``), not from the text.
+    """
+    tail = f"{_CRITIC_RULE}\nIs the evidence enough to answer the question? Answer Yes or No."
+    return [system(SHARED_SYSTEM), user(_qe(question, evidence, choices) + tail)]
+
+
+def critic_followup(question: str, evidence: Sequence[str], choices: Sequence[str] | None = None) -> list[Message]:
+    """Follow-up query once the evidence is judged insufficient (log-prob critic mode).
+
+    Must return JSON ``{"missing": [str, ...], "followup_query": str}``; an empty or unparseable
+    query falls back to the original question.
+    """
+    tail = (
+        "Task: the evidence is not enough to answer the question. Name the missing facts and write a "
+        'search query for them. Reply with JSON only: {"missing": [<missing fact>, ...], '
+        '"followup_query": "<search query for the missing facts>"}'
+    )
+    return [system(SHARED_SYSTEM), user(_qe(question, evidence, choices) + tail)]
+
+
+# ----------------------------------------------------------------- reader
+
+
+def reader(question: str, evidence: Sequence[str], choices: Sequence[str] | None = None) -> list[Message]:
+    """Final answer.
+
+    Must return a short answer only (an entity, number, date or yes/no; no sentence, no
+    explanation), or, with ``choices``, the letter of the correct option (``A``, ``B``, ...).
+    Parsed by ``parsing.parse_short_answer`` / ``parsing.parse_choice_letter``.
+    """
+    if choices:
+        tail = "Task: answer the question. Reply with the letter of the correct option only."
+    else:
+        tail = (
+            "Task: answer the question. Reply with the answer only: a short phrase such as a name, number, "
+            "date or yes/no, without a full sentence or explanation."
+        )
+    return [system(SHARED_SYSTEM), user(_qe(question, evidence, choices) + tail)]
+
+
+# ----------------------------------------------------------------- table aggregation classifier
+
+AGGREGATION_LABELS = ("aggregation", "lookup")
+
+
+def aggregation_classifier(question: str) -> list[Message]:
+    """Does answering need arithmetic over several table cells? Judged from the question alone.
+
+    Must return JSON ``{"label": "aggregation" | "lookup"}`` (a bare word is accepted too):
+    ``aggregation`` when the answer is computed from several rows or cells (count, sum, average,
+    difference, change, ratio, max/min, ranking), ``lookup`` when it is read from one cell or row.
+    """
+    return [
+        system(
+            "You classify questions about tables. 'aggregation': the answer must be computed from several rows "
+            "or cells (count, sum, average, difference, change, ratio, percentage, largest/smallest, ranking). "
+            "'lookup': the answer is read from a single cell or row. "
+            'Reply with JSON only: {"label": "aggregation"} or {"label": "lookup"}.'
+        ),
+        user(_question_block(question)),
+    ]
+
+
+def label_schema(labels: Sequence[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {"label": {"type": "string", "enum": list(labels)}},
+        "required": ["label"],
+    }
+
+
+# ----------------------------------------------------------------- modality router
+
+MODALITY_HINTS = {
+    "text": "text passages (encyclopedia articles, documents)",
+    "table": "tables (numbers, statistics, lists of records)",
+    "image": "images (what something looks like, colours, objects in a picture)",
+    "video": "videos (events over time, actions, what happens in a scene)",
+    "none": "no retrieval needed (general knowledge or a trivial question)",
+}
+
+
+def modality_router(question: str, modalities: Sequence[str]) -> list[Message]:
+    """Which corpus to search.
+
+    Must return JSON ``{"label": m}`` with ``m`` one of ``modalities`` (a bare word is accepted).
+    """
+    options = "\n".join(f"- {m}: {MODALITY_HINTS.get(m, m)}" for m in modalities)
+    return [
+        system(
+            "You route a question to the kind of source most likely to contain its answer. Sources:\n"
+            f"{options}\nReply with JSON only: " + '{"label": "<one source name>"}.'
+        ),
+        user(_question_block(question)),
+    ]
+
+
+# ----------------------------------------------------------------- IRCoT
+
+IRCOT_ANSWER_MARK = "So the answer is:"
+
+
+def ircot_step(question: str, paragraphs: Sequence[str], thoughts: Sequence[str]) -> list[Message]:
+    """Next chain-of-thought sentence for IRCoT (interleaved retrieval and reasoning).
+
+    Must return one reasoning sentence that adds a fact from the paragraphs; when the answer is
+    known, a sentence ending with ``So the answer is: <short answer>``. The sentence is used as
+    the next retrieval query. Parsed by ``parsing.parse_ircot_step``.
+    """
+    so_far = " ".join(t.strip() for t in thoughts) if thoughts else "(none yet)"
+    return [
+        system(
+            "You answer multi-hop questions by reasoning one sentence at a time over the paragraphs. Each step "
+            "states one new fact from the paragraphs. When you can answer, end the sentence with "
+            f"'{IRCOT_ANSWER_MARK} <short answer>'."
+        ),
+        user(
+            f"{_question_block(question)}\n\nParagraphs:\n{format_evidence(paragraphs)}\n\n"
+            f"Reasoning so far: {so_far}\n\nWrite only the next reasoning sentence."
+        ),
+    ]
+
+
+# ----------------------------------------------------------------- relevance (cross-encoder style)
+
+
+def relevance(question: str, passage: str) -> list[Message]:
+    """Relevance of one passage to a question, read from log-probabilities.
+
+    Must return ``Yes`` (the passage states something that helps answer the question) or ``No`` as
+    its first token. The question comes before the passage so scoring many passages for one
+    question reuses the cached prefix.
+    """
+    return [
+        system(SHARED_SYSTEM),
+        user(
+            f"{_question_block(question)}\n\nPassage:\n{passage.strip()}\n\n"
+            "Does the passage state information that helps answer the question? Answer Yes or No."
+        ),
+    ]

@@ -1,0 +1,136 @@
+"""In-process vLLM engine for batched generation on GPUs (optional extra ``canopy-lit[vllm]``).
+
+``vllm`` is imported only when this backend is built, so CPU installs never need it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from canopy_lit.llm.base import BaseLLM, LLMError, LLMResponse, Message
+
+_ANY_JSON_OBJECT: dict[str, Any] = {"type": "object"}
+
+
+class VLLMLLM(BaseLLM):
+    """A vLLM ``LLM`` engine; ``chat_batch`` sends the whole batch to the engine at once.
+
+    Args:
+        model: asset name, local folder, or hub id (hub only with downloads allowed, see ``assets.resolve``).
+        tensor_parallel_size: GPUs to shard the model over.
+        gpu_memory_utilization: fraction of GPU memory vLLM may take.
+        max_model_len: context length (``None`` = model default).
+        multimodal: send image parts to the model (vision-language models such as Qwen3-VL).
+        engine_kwargs: anything else for ``vllm.LLM`` (dtype, enforce_eager, limit_mm_per_prompt, ...).
+    """
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        tensor_parallel_size: int = 1,
+        gpu_memory_utilization: float = 0.85,
+        max_model_len: int | None = 8192,
+        seed: int = 0,
+        multimodal: bool = False,
+        trust_remote_code: bool = False,
+        allow_downloads: bool | None = None,
+        calibration: dict[str, float] | None = None,
+        engine_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(multimodal=multimodal, calibration=calibration)
+        try:
+            import vllm
+        except ImportError as e:
+            raise LLMError("the vllm backend needs vLLM and a GPU: pip install 'canopy-lit[vllm]'") from e
+        from canopy_lit.assets import AssetError, downloads_allowed, resolve
+
+        try:
+            model_path = str(resolve(model, allow_downloads=False))
+        except AssetError:
+            if not downloads_allowed(allow_downloads):
+                raise
+            model_path = model  # a hub id: vLLM downloads it itself
+        self.model = model_path
+        self._vllm = vllm
+        self.engine = vllm.LLM(
+            model=model_path,
+            tensor_parallel_size=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            seed=seed,
+            trust_remote_code=trust_remote_code,
+            **(engine_kwargs or {}),
+        )
+        self._tokenizer = self.engine.get_tokenizer()
+
+    def _sampling(
+        self, *, json_mode: bool | dict[str, Any], logprobs: int, max_tokens: int, temperature: float, stop: list[str]
+    ) -> Any:
+        kw: dict[str, Any] = {"max_tokens": max_tokens, "temperature": temperature, "stop": stop or None}
+        if logprobs:
+            kw["logprobs"] = logprobs
+        if json_mode:
+            schema = json_mode if isinstance(json_mode, dict) else _ANY_JSON_OBJECT
+            sp = self._vllm.sampling_params
+            if hasattr(sp, "StructuredOutputsParams"):  # vLLM >= 0.11
+                kw["structured_outputs"] = sp.StructuredOutputsParams(json=schema)
+            else:  # older releases
+                kw["guided_decoding"] = sp.GuidedDecodingParams(json=schema)
+        return self._vllm.SamplingParams(**kw)
+
+    def _to_response(self, out: Any, logprobs: int) -> LLMResponse:
+        gen = out.outputs[0]
+        tops: list[dict[str, float]] = []
+        if logprobs and gen.logprobs:
+            for pos in gen.logprobs:
+                tops.append({(lp.decoded_token or str(tid)): float(lp.logprob) for tid, lp in pos.items()})
+        return LLMResponse(
+            text=gen.text,
+            prompt_tokens=len(out.prompt_token_ids or []),
+            completion_tokens=len(gen.token_ids),
+            top_logprobs=tops,
+            finish_reason=str(gen.finish_reason or ""),
+            cached_tokens=int(getattr(out, "num_cached_tokens", 0) or 0),
+        )
+
+    def _generate(self, conversations: list[list[Message]], **kw: Any) -> list[LLMResponse]:
+        params = self._sampling(**kw)
+        outs = self.engine.chat(conversations, params, use_tqdm=False)
+        return [self._to_response(o, kw["logprobs"]) for o in outs]
+
+    def _complete(self, messages: list[Message], **kw: Any) -> LLMResponse:
+        return self._generate([messages], **kw)[0]
+
+    def chat_batch(
+        self,
+        batch: Sequence[Sequence[Message]],
+        *,
+        json_mode: bool | dict[str, Any] = False,
+        logprobs: int = 0,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        stop: Sequence[str] | None = None,
+        role: str = "reader",
+    ) -> list[LLMResponse]:
+        """One engine call for the whole batch (continuous batching inside vLLM)."""
+        t0 = time.perf_counter()
+        outs = self._generate(
+            [self.prepare(m) for m in batch], json_mode=json_mode, logprobs=logprobs, max_tokens=max_tokens,
+            temperature=temperature, stop=list(stop or []),
+        )  # fmt: skip
+        per_call = (time.perf_counter() - t0) / max(1, len(outs))  # batch wall time shared evenly
+        for r in outs:
+            r.seconds, r.role = per_call, role
+            self.log.add(role, r.prompt_tokens, r.completion_tokens, per_call)
+        return outs
+
+    def count_tokens(self, text: str) -> int:
+        return len(self._tokenizer.encode(text, add_special_tokens=False)) if text else 0
+
+    def __repr__(self) -> str:
+        return f"VLLMLLM({getattr(self, 'model', '?')!r})"

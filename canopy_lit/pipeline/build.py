@@ -1,0 +1,124 @@
+"""Config -> a ready ``QuestionRunner``: every stage built from its Hydra group, nothing else decided here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.pipeline.controllers import (
+    AggregationAdapter,
+    CriticController,
+    IRCoTController,
+    ReaderAdapter,
+    RouterAdapter,
+)
+from canopy_lit.pipeline.loop import EvidenceLoop, LoopSettings
+from canopy_lit.pipeline.retrievers import CandidateRetriever, CorpusRetriever
+from canopy_lit.pipeline.scoring import NodeScorer
+from canopy_lit.pipeline.trace import QuestionRecord
+from canopy_lit.types import Question
+
+# Keys of the retrieval group read by the pipeline, not by ``build_retriever``.
+_PIPELINE_RETRIEVAL_KEYS = ("scope", "node_cache_dir")
+
+
+class QuestionRunner:
+    """Runs the loop for one question and attributes the LLM calls made meanwhile to it (thread-safe)."""
+
+    def __init__(self, loop: EvidenceLoop, llm: Any) -> None:
+        self.loop = loop
+        self.llm = llm
+
+    def __call__(self, question: Question) -> QuestionRecord:
+        return self.run(question)
+
+    def run(self, question: Question) -> QuestionRecord:
+        log = getattr(self.llm, "log", None)
+        if log is None:
+            return self.loop.run(question)
+        with log.scope(question.id):
+            rec = self.loop.run(question)
+        by_role = log.summary(scope=question.id)["by_role"]
+        rec.llm_calls = {r: int(v["calls"]) for r, v in by_role.items()}
+        rec.llm_tokens = {r: int(v["prompt_tokens"] + v["completion_tokens"]) for r, v in by_role.items()}
+        return rec
+
+
+def build_llm(cfg: DictConfig) -> Any:
+    return instantiate(cfg.llm)
+
+
+def build_retriever(cfg: DictConfig, bench: Any, encoder: Any, hierarchy: Hierarchy, llm: Any) -> Any:
+    """``retrieval.scope=corpus``: the unified FAISS index (paper); ``candidates``: the question's own items."""
+    rcfg = cfg.retrieval
+    scope = rcfg.get("scope", "corpus")
+    if cfg.loop.max_rounds == 0 or rcfg.k == 0:
+        return None
+    if scope == "candidates":
+        return CandidateRetriever(bench.items, bench.candidates, encoder, hierarchy)
+    if scope != "corpus":
+        raise ValueError(f"retrieval.scope must be 'corpus' or 'candidates', got {scope!r}")
+    from canopy_lit.llm import ModalityRouter
+
+    kwargs = OmegaConf.to_container(rcfg, resolve=True)
+    for key in _PIPELINE_RETRIEVAL_KEYS:
+        kwargs.pop(key, None)
+    router = RouterAdapter(ModalityRouter(llm)) if kwargs.get("routing") else None
+    partial: Callable[..., Any] = instantiate(kwargs)
+    return CorpusRetriever(partial(encoder=encoder, router=router))
+
+
+def build_loop(cfg: DictConfig, bench: Any) -> QuestionRunner:
+    """The configured method as an ``EvidenceLoop`` wrapped for per-question accounting."""
+    from canopy_lit.eval.evaluate import load_encoder_from_cfg
+    from canopy_lit.llm import AggregationClassifier, IRCoTStepper, LLMCritic, LLMReader
+
+    hierarchy: Hierarchy = instantiate(cfg.tree)
+    refiner = instantiate(cfg.refine)
+    llm = build_llm(cfg)
+    retrieving = cfg.loop.max_rounds > 0 and cfg.retrieval.k > 0
+    encoder = load_encoder_from_cfg(cfg) if (retrieving or getattr(refiner, "needs_scores", False)) else None
+    scorer = None
+    if encoder is not None and getattr(refiner, "needs_scores", False):
+        from canopy_lit.retrieval import NodeEmbeddingCache
+
+        cache_dir = cfg.retrieval.get("node_cache_dir")
+        cache = NodeEmbeddingCache(encoder, hierarchy, cache_dir=Path(cache_dir) if cache_dir else None)
+        scorer = NodeScorer(encoder, hierarchy, cache)
+    retriever = build_retriever(cfg, bench, encoder, hierarchy, llm) if retrieving else None
+    ccfg = cfg.get("critic") or {}
+    kind = cfg.method.get("controller", "none")
+    if kind == "critic":
+        controller: Any = CriticController(
+            LLMCritic(llm, mode=ccfg.get("mode", "logprob"), threshold=ccfg.get("threshold"))
+        )
+    elif kind == "ircot":
+        controller = IRCoTController(IRCoTStepper(llm))
+    elif kind in ("none", None):
+        controller = None
+    else:
+        raise ValueError(f"method.controller must be critic | ircot | none, got {kind!r}")
+    settings = LoopSettings(
+        k=int(cfg.retrieval.k),
+        max_rounds=int(cfg.loop.max_rounds),
+        exclude_seen=bool(cfg.retrieval.get("exclude_seen", False)),
+        reader_max_tokens=int(cfg.loop.reader_max_tokens),
+        aggregation_check=bool(cfg.loop.get("aggregation_check", True)),
+    )
+    loop = EvidenceLoop(
+        retriever,
+        hierarchy,
+        refiner,
+        ReaderAdapter(LLMReader(llm, max_tokens=int(cfg.get("reader", {}).get("max_tokens", 32)))),
+        llm.count_tokens,
+        scorer=scorer,
+        controller=controller,
+        aggregation=AggregationAdapter(AggregationClassifier(llm)) if settings.aggregation_check else None,
+        settings=settings,
+    )
+    return QuestionRunner(loop, llm)

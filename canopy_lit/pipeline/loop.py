@@ -1,0 +1,202 @@
+"""The evidence loop (METHOD.md §1.1 steps 1-8): the only place in the pipeline with control flow.
+
+Every method of the paper is this loop with different stages plugged in::
+
+    method        retriever   refiner           controller   rounds
+    no_retrieval  none        -                 none         0
+    vanilla       top-k       keep_whole        none         1
+    universalrag  routed      keep_whole        none         1
+    ircot         top-k       keep_whole        IRCoT step   R
+    recomp        top-k       flat_top_m (f0)   none         1
+    flat          top-k       flat_top_m (fθ)   critic       R
+    canopy        top-k       parent_relative   critic       R
+
+so every ablation row is a config override, never a code path.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.pipeline.scoring import NodeScorer
+from canopy_lit.pipeline.trace import KeptItem, QuestionRecord, RoundTrace, StageTimer
+from canopy_lit.refine import Refiner
+from canopy_lit.types import Evidence, Item, Modality, Question
+
+TokenCounter = Callable[[str], int]
+
+
+class Retriever(Protocol):
+    def retrieve(self, query: str, k: int, exclude: set[str], question: Question) -> list[Item]: ...
+
+
+@dataclass
+class Decision:
+    """A controller's verdict after a round: stop, or go on with ``followup`` as the next query."""
+
+    stop: bool
+    followup: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+class Controller(Protocol):
+    """Decides after each round whether the evidence suffices (critic) or what to fetch next (IRCoT).
+
+    ``evidence`` holds one rendered block per held item, oldest first (stable prompt prefix)."""
+
+    def step(self, question: Question, evidence: list[str], round: int, history: list[dict[str, Any]]) -> Decision: ...
+
+
+class Reader(Protocol):
+    def answer(self, question: Question, evidence: list[str]) -> str: ...
+
+
+class AggregationCheck(Protocol):
+    def is_aggregation(self, question: Question) -> bool: ...
+
+
+@dataclass
+class LoopSettings:
+    """Knobs of the loop. ``max_rounds=0`` = no retrieval; ``exclude_seen`` = follow-up rounds ask the
+    index for k items not already held (False = paper behaviour: duplicates are fetched and skipped)."""
+
+    k: int = 10
+    max_rounds: int = 3
+    exclude_seen: bool = False
+    reader_max_tokens: int = 16000
+    aggregation_check: bool = True
+
+
+class EvidenceLoop:
+    """Retrieve -> trees -> score -> refine -> accumulate -> control, then read.
+
+    Args:
+        retriever: top-k item source (None = no retrieval).
+        hierarchy: tree builders (branching B).
+        refiner: parent-relative, keep-whole or flat top-m.
+        reader: answers from the accumulated evidence.
+        count_tokens: the reader's tokenizer (evidence tokens are counted in reader tokens).
+        scorer: node scorer; required when the refiner needs scores.
+        controller: critic / IRCoT step; None = stop after the first round.
+        aggregation: table aggregation classifier (question alone), used the first time a table appears.
+        settings: loop knobs.
+    """
+
+    def __init__(
+        self,
+        retriever: Retriever | None,
+        hierarchy: Hierarchy,
+        refiner: Refiner,
+        reader: Reader,
+        count_tokens: TokenCounter,
+        scorer: NodeScorer | None = None,
+        controller: Controller | None = None,
+        aggregation: AggregationCheck | None = None,
+        settings: LoopSettings | None = None,
+    ) -> None:
+        self.retriever = retriever
+        self.hierarchy = hierarchy
+        self.refiner = refiner
+        self.reader = reader
+        self.count_tokens = count_tokens
+        self.scorer = scorer
+        self.controller = controller
+        self.aggregation = aggregation
+        self.settings = settings or LoopSettings()
+        if getattr(refiner, "needs_scores", False) and scorer is None:
+            raise ValueError(f"refiner {type(refiner).__name__} needs node scores but no scorer/encoder is configured")
+
+    # -- evidence text -------------------------------------------------------------------------
+    def _block(self, ev: Evidence) -> str:
+        return self.hierarchy.evidence_text(ev.tree, ev.node_ids)
+
+    def evidence_blocks(self, evidence: Sequence[Evidence]) -> list[str]:
+        return [self._block(ev) for ev in evidence]
+
+    def capped_evidence(self, evidence: Sequence[Evidence]) -> tuple[list[str], int, int]:
+        """Reader evidence within the token cap, keeping the newest blocks first (METHOD.md §1.1 step 8).
+
+        Returns:
+            (blocks in original order, evidence tokens, number of dropped items).
+        """
+        cap = self.settings.reader_max_tokens
+        blocks = [self._block(ev) for ev in evidence]
+        tokens = [self.count_tokens(b) for b in blocks]
+        keep: list[int] = []
+        total = 0
+        for i in reversed(range(len(blocks))):
+            if total + tokens[i] > cap:
+                continue
+            keep.append(i)
+            total += tokens[i]
+        keep.sort()
+        return [blocks[i] for i in keep], total, len(blocks) - len(keep)
+
+    # -- one question --------------------------------------------------------------------------
+    def run(self, question: Question) -> QuestionRecord:
+        s = self.settings
+        timer = StageTimer()
+        t0 = time.perf_counter()
+        rec = QuestionRecord(question.id, question.text, list(question.answers), question.benchmark)
+        evidence: list[Evidence] = []
+        held: set[str] = set()
+        history: list[dict[str, Any]] = []
+        aggregation: bool | None = None
+        query = question.text
+        rounds = s.max_rounds if (self.retriever is not None and s.k > 0) else 0
+        for r in range(rounds):
+            with timer("retrieve"):
+                items = self.retriever.retrieve(query, s.k, held if s.exclude_seen else set(), question)
+            new = [it for it in items if it.id not in held]
+            trace = RoundTrace(r, query, [it.id for it in items], len(items) - len(new))
+            with timer("trees"):
+                trees = [self.hierarchy.build(it) for it in new]
+            flags = [False] * len(trees)
+            if s.aggregation_check and self.aggregation is not None and any(
+                t.item.modality == Modality.TABLE for t in trees
+            ):
+                if aggregation is None:  # classified once per question, from the question alone
+                    with timer("aggregation"):
+                        aggregation = bool(self.aggregation.is_aggregation(question))
+                flags = [aggregation and t.item.modality == Modality.TABLE for t in trees]
+            scores = None
+            if getattr(self.refiner, "needs_scores", False) and trees:
+                with timer("encode"):
+                    scores = self.scorer.score(query, trees)
+            with timer("refine"):
+                kept = self.refiner(trees, scores, flags) if trees else []
+            for tree, ids, flag in zip(trees, kept, flags, strict=True):
+                ev = Evidence(tree, ids, r)
+                evidence.append(ev)
+                held.add(tree.item.id)
+                trace.kept.append(
+                    KeptItem(
+                        tree.item.id,
+                        tree.item.modality.value,
+                        ev.leaf_ranges(),
+                        tree.n_leaves,
+                        self.count_tokens(self._block(ev)),
+                        self.count_tokens(self.hierarchy.evidence_text(tree, [0])),
+                        flag,
+                    )
+                )
+            rec.rounds.append(trace)
+            if self.controller is None or r == rounds - 1:
+                break  # after round R the reader answers regardless: no critic call is wasted on it
+            with timer("critic"):
+                decision = self.controller.step(question, self.evidence_blocks(evidence), r, history)
+            trace.controller = {"stop": decision.stop, "followup": decision.followup, **decision.raw}
+            history.append(trace.controller)
+            if decision.stop or not decision.followup:
+                break
+            query = decision.followup
+        blocks, rec.evidence_tokens, rec.truncated_items = self.capped_evidence(evidence)
+        with timer("reader"):
+            rec.prediction = self.reader.answer(question, blocks)
+        rec.latency_s = time.perf_counter() - t0
+        rec.time_s = dict(timer.seconds)
+        return rec

@@ -1,0 +1,73 @@
+"""Per-question records: what each round retrieved, kept and decided, and what it cost."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+STAGES = ("retrieve", "route", "trees", "encode", "refine", "aggregation", "critic", "reader")
+
+
+class StageTimer:
+    """Wall time accumulated per pipeline stage (seconds)."""
+
+    def __init__(self) -> None:
+        self.seconds: Counter[str] = Counter()
+
+    @contextmanager
+    def __call__(self, stage: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[stage] += time.perf_counter() - t0
+
+
+@dataclass
+class KeptItem:
+    """One item of a round: the regions kept (leaf ranges), their tokens and the whole item's tokens."""
+
+    item_id: str
+    modality: str
+    leaf_ranges: list[tuple[int, int]]
+    n_leaves: int
+    kept_tokens: int
+    item_tokens: int
+    aggregation: bool = False
+
+
+@dataclass
+class RoundTrace:
+    round: int
+    query: str
+    retrieved: list[str]
+    duplicates: int
+    kept: list[KeptItem] = field(default_factory=list)
+    controller: dict[str, Any] | None = None
+
+
+@dataclass
+class QuestionRecord:
+    """One line of predictions.jsonl."""
+
+    id: str
+    question: str
+    answers: list[str]
+    benchmark: str
+    prediction: str = ""
+    status: str = "ok"
+    error: str | None = None
+    rounds: list[RoundTrace] = field(default_factory=list)
+    evidence_tokens: int = 0
+    truncated_items: int = 0
+    llm_calls: dict[str, int] = field(default_factory=dict)
+    llm_tokens: dict[str, int] = field(default_factory=dict)
+    time_s: dict[str, float] = field(default_factory=dict)
+    latency_s: float = 0.0
+    scores: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

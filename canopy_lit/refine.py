@@ -1,0 +1,121 @@
+"""Refiners: turn node scores of retrieved items into the evidence forest (METHOD.md §1.1 step 5).
+
+All refiners share one call shape, so "no compression" and "flat top-m" are
+plain config swaps (``refine=keep_whole``, ``refine=flat_top_m``) of the same stage::
+
+    refiner(trees, scores, aggregation) -> list of retained node ids per tree
+
+``scores[j]`` is a 1-D array of s(q, v) over the node ids of ``trees[j]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from canopy_lit.types import Tree
+
+
+def parent_relative(tree: Tree, scores: Sequence[float] | np.ndarray) -> list[int]:
+    """Algorithm 1: keep and refine every child scoring >= its parent; if none does, keep the parent.
+
+    Args:
+        tree: the item's region tree.
+        scores: (num_nodes,) node scores s(q, v), indexed by node id.
+
+    Returns:
+        Retained node ids in leaf order; pairwise non-ancestral and never empty.
+    """
+    s = scores.tolist() if isinstance(scores, np.ndarray) else scores
+    children = tree.children
+    kept: list[int] = []
+    stack = [0]
+    while stack:  # depth-first; children pushed reversed so the output stays in leaf order
+        v = stack.pop()
+        sv = s[v]
+        refined = False
+        for c in reversed(children[v]):
+            if s[c] >= sv:
+                stack.append(c)
+                refined = True
+        if not refined:
+            kept.append(v)
+    return kept
+
+
+def keep_whole(tree: Tree) -> list[int]:
+    """The root only ("w/o projection")."""
+    return [0]
+
+
+def leaf_ids(tree: Tree) -> np.ndarray:
+    """Node ids of the leaf nodes, ordered by leaf index."""
+    n = tree.ends - tree.starts
+    ids = np.flatnonzero(n == 1)
+    return ids[np.argsort(tree.starts[ids], kind="stable")]
+
+
+class Refiner(Protocol):
+    def __call__(
+        self, trees: Sequence[Tree], scores: Sequence[np.ndarray], aggregation: Sequence[bool] | None = None
+    ) -> list[list[int]]: ...
+
+
+class ParentRelativeRefiner:
+    """CANOPY's refiner. Tables of aggregation questions (``aggregation[j]``) are kept whole."""
+
+    name = "parent_relative"
+    needs_scores = True
+
+    def __call__(
+        self, trees: Sequence[Tree], scores: Sequence[np.ndarray], aggregation: Sequence[bool] | None = None
+    ) -> list[list[int]]:
+        agg = aggregation or [False] * len(trees)
+        return [[0] if a else parent_relative(t, s) for t, s, a in zip(trees, scores, agg, strict=True)]
+
+
+class KeepWholeRefiner:
+    """Whole items: the "w/o projection" ablation and the vanilla-RAG evidence."""
+
+    name = "keep_whole"
+    needs_scores = False
+
+    def __call__(
+        self, trees: Sequence[Tree], scores: Sequence[np.ndarray] | None = None, aggregation: Sequence[bool] | None = None
+    ) -> list[list[int]]:
+        return [[0] for _ in trees]
+
+
+class FlatTopMRefiner:
+    """Leaf-level top-m over all items of a question (the flat baseline of METHOD.md §1.3).
+
+    Args:
+        m: number of leaves kept across the question's items (ties broken by item, then leaf order).
+    """
+
+    name = "flat_top_m"
+    needs_scores = True
+
+    def __init__(self, m: int = 10) -> None:
+        if m < 1:
+            raise ValueError(f"refine.m must be >= 1, got {m}")
+        self.m = m
+
+    def __call__(
+        self, trees: Sequence[Tree], scores: Sequence[np.ndarray], aggregation: Sequence[bool] | None = None
+    ) -> list[list[int]]:
+        agg = aggregation or [False] * len(trees)
+        per_tree = [leaf_ids(t) for t in trees]
+        cand = [
+            (float(np.asarray(s)[ids[k]]), j, k)
+            for j, (ids, s, a) in enumerate(zip(per_tree, scores, agg, strict=True))
+            if not a
+            for k in range(len(ids))
+        ]
+        cand.sort(key=lambda x: (-x[0], x[1], x[2]))
+        chosen: list[list[int]] = [[] for _ in trees]
+        for _, j, k in cand[: self.m]:
+            chosen[j].append(int(per_tree[j][k]))
+        return [[0] if a else sorted(c, key=lambda i: int(trees[j].starts[i])) for j, (c, a) in enumerate(zip(chosen, agg))]

@@ -1,0 +1,48 @@
+"""Retrieval: corpus store, FAISS index, corpus encoding, node-embedding cache, modality routing.
+
+Usable without Hydra::
+
+    from canopy_lit.encoders import load_encoder
+    from canopy_lit.retrieval import build_retriever
+    retriever = build_retriever(load_encoder("minilm"), ["nq", "hotpotqa"])
+    hits = retriever.retrieve("who wrote hamlet", k=10)       # hits.items, hits.scores
+
+Names are imported lazily: ``canopy_lit.retrieval.index`` alone must not pull in Lightning.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "CorpusStore": "corpus",
+    "render_item": "corpus",
+    "CorpusEncoderModule": "encode",
+    "EmbeddingShardWriter": "encode",
+    "EncodeReport": "encode",
+    "done_ids": "encode",
+    "encode_corpus": "encode",
+    "f0_fingerprint": "encode",
+    "load_shards": "encode",
+    "evaluate_retrieval": "evaluate",
+    "recall_at": "evaluate",
+    "KINDS": "index",
+    "FaissIndex": "index",
+    "SearchResult": "index",
+    "NodeEmbeddingCache": "node_cache",
+    "FaissRetriever": "retriever",
+    "Retrieval": "retriever",
+    "Retriever": "retriever",
+    "build_retriever": "retriever",
+    "LLMModalityRouter": "router",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'canopy_lit.retrieval' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"canopy_lit.retrieval.{_EXPORTS[name]}"), name)
+
+
+__all__ = sorted(_EXPORTS)

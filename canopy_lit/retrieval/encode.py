@@ -1,0 +1,234 @@
+"""Corpus encoding with Lightning ``Trainer.predict``: the same code encodes on one CPU or N GPUs (DDP).
+
+Each rank streams its batches into a ``EmbeddingShardWriter`` that saves every ``shard_size``
+embeddings as ``<out_dir>/shard-r<rank>-<seq>.npy`` plus the matching ``.ids.json``. A shard is
+finished once its ``.npy`` exists (written last, atomically). Restarting ``encode_corpus`` on the
+same folder skips every item of a finished shard, so a half-finished encode resumes where it was.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from lightning import LightningModule, Trainer
+from lightning.pytorch.callbacks import BasePredictionWriter
+from torch.utils.data import DataLoader, Dataset
+
+from canopy_lit.hierarchy import Hierarchy, NodeInput
+from canopy_lit.retrieval.corpus import CorpusStore, render_item
+
+log = logging.getLogger(__name__)
+
+META = "meta.json"
+
+
+def f0_fingerprint(encoder: Any) -> str:
+    """Fingerprint of the encoder with its adapter disabled (what f0 embeddings depend on)."""
+    fp = str(encoder.fingerprint)
+    return fp.rsplit(":adapter=", 1)[0] + ":adapter=none" if ":adapter=" in fp else fp
+
+
+class _Rendered(Dataset):
+    """(item id, encoder input) pairs; batches are tokenised by the encoder in ``collate``."""
+
+    def __init__(self, ids: Sequence[str], inputs: Sequence[NodeInput | str], encoder: Any) -> None:
+        self.ids, self.inputs, self.encoder = list(ids), list(inputs), encoder
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> tuple[str, NodeInput | str]:
+        return self.ids[i], self.inputs[i]
+
+    def collate(self, rows: list[tuple[str, NodeInput | str]]) -> tuple[list[str], dict[str, torch.Tensor]]:
+        ids = [r[0] for r in rows]
+        return ids, self.encoder.tokenize([r[1] for r in rows])
+
+
+class CorpusEncoderModule(LightningModule):
+    """Predict-only wrapper: a tokenised batch -> (B, D) normalised embeddings.
+
+    Args:
+        encoder: a ``NodeEncoder``.
+        role: ``"f0"`` (adapter disabled: the retriever's embedding, default) or ``"ftheta"`` (adapter on:
+            used to precompute node embeddings).
+    """
+
+    def __init__(self, encoder: Any, role: str = "f0") -> None:
+        super().__init__()
+        if role not in {"f0", "ftheta"}:
+            raise ValueError(f"encode role must be 'f0' or 'ftheta', got {role!r}")
+        self.encoder, self.role = encoder, role
+
+    def predict_step(self, batch: tuple[list[str], dict[str, torch.Tensor]], batch_idx: int) -> dict[str, Any]:
+        ids, tokens = batch
+        if self.role == "f0":
+            with self.encoder.adapter_disabled():
+                emb = self.encoder.embed(tokens)
+        else:
+            emb = self.encoder.embed(tokens)
+        return {"ids": ids, "emb": emb.float().cpu().numpy()}
+
+
+class EmbeddingShardWriter(BasePredictionWriter):
+    """Buffers batch outputs and saves fixed-size shards (``.npy`` + ``.ids.json``) per rank."""
+
+    def __init__(self, out_dir: str | Path, shard_size: int = 4096, dtype: str = "float32") -> None:
+        super().__init__(write_interval="batch")
+        self.out_dir = Path(out_dir)
+        self.shard_size = shard_size
+        self.dtype = np.dtype(dtype)
+        self._ids: list[str] = []
+        self._emb: list[np.ndarray] = []
+        self._buffered = 0
+        self.written = 0  # embeddings saved by this writer (this rank, this run)
+
+    def _next_seq(self, rank: int) -> int:
+        done = [int(p.stem.split("-")[2]) for p in finished_shards(self.out_dir) if p.name.startswith(f"shard-r{rank}-")]
+        return max(done, default=-1) + 1
+
+    def _flush(self, rank: int) -> None:
+        if not self._buffered:
+            return
+        emb = np.concatenate(self._emb).astype(self.dtype)
+        stem = self.out_dir / f"shard-r{rank}-{self._next_seq(rank):06d}"
+        Path(f"{stem}.ids.json").write_text(json.dumps(self._ids))
+        # .npy is written last and renamed into place: its presence marks the shard finished.
+        tmp = Path(f"{stem}.tmp.npy")
+        np.save(tmp, emb)
+        os.replace(tmp, f"{stem}.npy")
+        self.written += len(emb)
+        self._ids, self._emb, self._buffered = [], [], 0
+
+    def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx, dataloader_idx=0):
+        self._ids += prediction["ids"]
+        self._emb.append(prediction["emb"])
+        self._buffered += len(prediction["ids"])
+        if self._buffered >= self.shard_size:
+            self._flush(trainer.global_rank)
+
+    def on_predict_epoch_end(self, trainer, pl_module) -> None:
+        self._flush(trainer.global_rank)
+
+
+def finished_shards(out_dir: str | Path) -> list[Path]:
+    return sorted(p for p in Path(out_dir).glob("shard-r*-*.npy") if not p.name.endswith(".tmp.npy"))
+
+
+def done_ids(out_dir: str | Path) -> set[str]:
+    """Ids held by the finished shards of ``out_dir``."""
+    out: set[str] = set()
+    for p in finished_shards(out_dir):
+        out.update(json.loads(p.with_suffix("").with_suffix(".ids.json").read_text()))
+    return out
+
+
+def load_shards(out_dir: str | Path, order: Sequence[str] | None = None) -> tuple[list[str], np.ndarray]:
+    """All finished shards joined: ids and (N, D) float32 vectors, deduplicated (DDP pads with repeats).
+
+    With ``order``, rows follow it and every id of ``order`` must be present.
+    """
+    ids: list[str] = []
+    vecs: list[np.ndarray] = []
+    for p in finished_shards(out_dir):
+        ids += json.loads(p.with_suffix("").with_suffix(".ids.json").read_text())
+        vecs.append(np.load(p).astype(np.float32))
+    mat = np.concatenate(vecs) if vecs else np.zeros((0, 0), np.float32)
+    first = {i: r for r, i in reversed(list(enumerate(ids)))}
+    keep = order if order is not None else list(dict.fromkeys(ids))
+    missing = [i for i in keep if i not in first]
+    if missing:
+        raise KeyError(f"{out_dir}: {len(missing)} ids have no embedding, e.g. {missing[:3]}")
+    return list(keep), mat[[first[i] for i in keep]] if keep else mat
+
+
+@dataclass
+class EncodeReport:
+    encoded: int  # items encoded in this call
+    skipped: int  # items already in finished shards
+    seconds: float
+
+
+def encode_corpus(
+    corpus: CorpusStore,
+    encoder: Any,
+    out_dir: str | Path,
+    role: str = "f0",
+    batch_size: int = 64,
+    shard_size: int = 4096,
+    hierarchy: Hierarchy | None = None,
+    dtype: str = "float32",
+    num_workers: int = 0,
+    trainer_kwargs: dict[str, Any] | None = None,
+    callbacks: Sequence[Any] = (),
+) -> EncodeReport:
+    """Encode every item of ``corpus`` not already in a finished shard of ``out_dir``.
+
+    Args:
+        corpus: the items to embed (rendered by ``render_item``).
+        encoder: a ``NodeEncoder``.
+        out_dir: shard folder; its ``meta.json`` pins encoder fingerprint, role and corpus digest, and a
+            mismatch raises instead of mixing embeddings of two encoders.
+        role: ``"f0"`` (retrieval) or ``"ftheta"``.
+        batch_size, shard_size: items per forward pass / per saved shard.
+        trainer_kwargs: extra ``lightning.Trainer`` arguments (e.g. ``devices=8, strategy="ddp"``).
+        callbacks: extra Lightning callbacks.
+
+    Returns:
+        ``EncodeReport`` for this call (this rank).
+    """
+    t0 = time.perf_counter()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    fp = f0_fingerprint(encoder) if role == "f0" else str(encoder.fingerprint)
+    meta = {"fingerprint": fp, "role": role, "corpus": corpus.digest(), "dim": int(encoder.dim), "dtype": dtype}
+    meta_path = out / META
+    if meta_path.exists():
+        old = json.loads(meta_path.read_text())
+        if old != meta:
+            raise ValueError(f"{out} holds embeddings of another setup: {old} != {meta}; use a fresh folder")
+    else:
+        meta_path.write_text(json.dumps(meta, indent=1))
+    done = done_ids(out)
+    h = hierarchy or Hierarchy()
+    todo_ids, inputs = [], []
+    for item in corpus:
+        if item.id not in done:
+            todo_ids.append(item.id)
+            inputs.append(render_item(item, h))
+    skipped = len(corpus) - len(todo_ids)
+    if not todo_ids:
+        return EncodeReport(0, skipped, time.perf_counter() - t0)
+    # Longest first, like the encoder's own batching: little padding per batch, OOM shows up at once.
+    order = sorted(range(len(todo_ids)), key=lambda i: -encoder.input_length(inputs[i]))
+    data = _Rendered([todo_ids[i] for i in order], [inputs[i] for i in order], encoder)
+    loader = DataLoader(data, batch_size=batch_size, shuffle=False, collate_fn=data.collate, num_workers=num_workers)
+    writer = EmbeddingShardWriter(out, shard_size=shard_size, dtype=dtype)
+    kw: dict[str, Any] = {
+        "accelerator": "auto",
+        "devices": "auto",
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_model_summary": False,
+        "enable_progress_bar": False,
+    }
+    kw.update(trainer_kwargs or {})
+    # Lightning announces devices and tips at INFO on every Trainer; an encode is a library call.
+    chatty = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    level = chatty.level
+    chatty.setLevel(logging.WARNING)
+    try:
+        trainer = Trainer(callbacks=[writer, *callbacks], **kw)
+        trainer.predict(CorpusEncoderModule(encoder, role), dataloaders=loader, return_predictions=False)
+    finally:
+        chatty.setLevel(level)
+    return EncodeReport(writer.written, skipped, time.perf_counter() - t0)

@@ -1,0 +1,146 @@
+"""Retrieval metrics of the bundled benchmarks over their union corpus.
+
+``retrieval/<benchmark>/recall@k`` = share of questions with at least one *target* item in the top k:
+NQ the gold paragraph, HotpotQA any supporting paragraph, OTT-QA the gold table, TAT-QA any gold
+item (the document's table or a supporting paragraph). HotpotQA also reports ``recall_all@k``
+(both supporting paragraphs in the top k), the multi-hop view that motivates the critic loop.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from canopy_lit.retrieval.retriever import FaissRetriever, build_retriever
+from canopy_lit.types import Modality, Question
+
+log = logging.getLogger(__name__)
+
+KS = (1, 5, 10, 20)
+
+
+def targets(question: Question, retriever: FaissRetriever) -> set[str]:
+    """Item ids a hit must match: the gold table for OTT-QA (``meta["doc"]``), else the gold items."""
+    if question.benchmark == "ottqa":
+        doc = question.meta.get("doc")
+        gold = {doc} if doc else {g for g in question.gold if retriever.corpus.modality(g) == Modality.TABLE.value}
+    else:
+        gold = set(question.gold)
+    return {g for g in gold if g in retriever.corpus}
+
+
+def recall_at(
+    retriever: FaissRetriever, questions: Sequence[Question], ks: Sequence[int] = KS, batch: int = 256
+) -> dict[str, float]:
+    """``recall@k`` (any target in top k) and ``recall_all@k`` (every target) for one benchmark's questions."""
+    kmax = max(ks)
+    scored = [(q, targets(q, retriever)) for q in questions]
+    scored = [(q, t) for q, t in scored if t]
+    hit_any = dict.fromkeys(ks, 0)
+    hit_all = dict.fromkeys(ks, 0)
+    for lo in range(0, len(scored), batch):
+        chunk = scored[lo : lo + batch]
+        results = retriever.retrieve_batch([q.text for q, _ in chunk], kmax)
+        for (_, gold), res in zip(chunk, results, strict=True):
+            ids = res.ids
+            for k in ks:
+                top = set(ids[:k])
+                hit_any[k] += bool(gold & top)
+                hit_all[k] += gold <= top
+    n = len(scored)
+    out = {f"recall@{k}": hit_any[k] / n if n else float("nan") for k in ks}
+    out.update({f"recall_all@{k}": hit_all[k] / n if n else float("nan") for k in ks})
+    out["questions"] = float(n)
+    out["skipped_no_gold"] = float(len(questions) - n)
+    return out
+
+
+def evaluate_retrieval(
+    cfg: Any = None,
+    *,
+    encoder: Any = None,
+    benchmarks: Sequence[str] | None = None,
+    corpus_benchmarks: Sequence[str] | None = None,
+    split: str = "all",
+    limit: int | None = None,
+    ks: Sequence[int] = KS,
+    cache_dir: str | Path = ".cache/retrieval",
+    out_dir: str | Path | None = None,
+    retriever: FaissRetriever | None = None,
+    **retriever_options: Any,
+) -> dict[str, float]:
+    """Recall@k per benchmark over the union corpus; returns (and optionally writes) flat metrics.
+
+    Called either with a Hydra config (``cfg.retrieval`` = the retrieval group, ``cfg.encoder`` =
+    the encoder group or absent for MiniLM f0, optional ``cfg.retrieval_eval`` {benchmarks, ks, split}
+    and ``cfg.limit``) or with explicit
+    keyword arguments. Keys: ``retrieval/<benchmark>/recall@k``, ``.../recall_all@k``,
+    ``.../questions``, plus ``retrieval/corpus_size``, ``retrieval/build_seconds``,
+    ``retrieval/query_ms``.
+    """
+    if cfg is not None:
+        from omegaconf import OmegaConf
+
+        rc = OmegaConf.to_container(cfg.retrieval, resolve=True)
+        assert isinstance(rc, dict)
+        # The group also carries pipeline-side keys (scope, node_cache_dir ...): keep build_retriever's.
+        accepted = set(inspect.signature(build_retriever).parameters) - {"encoder"}
+        rc = {key: v for key, v in rc.items() if key in accepted}
+        corpus_benchmarks = corpus_benchmarks or rc.pop("benchmarks", None)
+        cache_dir = rc.pop("cache_dir", cache_dir)
+        ev = cfg.get("retrieval_eval") or {}
+        benchmarks = benchmarks or ev.get("benchmarks")
+        ks = tuple(ev.get("ks") or ks)
+        split = ev.get("split") or cfg.get("split") or split
+        limit = cfg.get("limit", limit)
+        if out_dir is None and cfg.get("paths") is not None:
+            try:
+                out_dir = cfg.paths.output_dir
+            except Exception:  # no Hydra runtime (called from a script): write nothing
+                out_dir = None
+        retriever_options = {**rc, **retriever_options}
+        if encoder is None and cfg.get("encoder") is not None:
+            from canopy_lit.encoders import load_encoder
+
+            enc = OmegaConf.to_container(cfg.encoder, resolve=True)
+            assert isinstance(enc, dict)
+            enc.pop("_target_", None)
+            enc.pop("adapter", None)  # retrieval uses f0 on both sides: the adapter never matters here
+            encoder = load_encoder(**enc)
+    from canopy_lit.data import load_benchmark, split_questions
+
+    corpus_benchmarks = list(corpus_benchmarks or ("nq", "hotpotqa", "ottqa", "tatqa"))
+    benchmarks = list(benchmarks or corpus_benchmarks)
+    if encoder is None and retriever is None:
+        from canopy_lit.encoders import load_encoder
+
+        encoder = load_encoder("minilm")
+    t0 = time.perf_counter()
+    if retriever is None:
+        retriever = build_retriever(encoder, corpus_benchmarks, cache_dir=cache_dir, **retriever_options)
+    build_s = time.perf_counter() - t0
+    metrics: dict[str, float] = {"retrieval/corpus_size": float(len(retriever.corpus)), "retrieval/build_seconds": build_s}
+    q0, s0 = retriever.stats["queries"], retriever.stats["seconds"]
+    bench_opts = retriever_options.get("benchmark_options") or {}
+    for name in benchmarks:
+        bench = load_benchmark(name, **bench_opts.get(name, {}))
+        questions = split_questions(bench, split)
+        if limit:
+            questions = questions[: int(limit)]
+        for key, v in recall_at(retriever, questions, ks).items():
+            metrics[f"retrieval/{name}/{key}"] = v
+        log.info("%s: %s", name, {k: round(v, 3) for k, v in metrics.items() if k.startswith(f"retrieval/{name}/")})
+    nq = retriever.stats["queries"] - q0
+    metrics["retrieval/query_ms"] = 1000 * (retriever.stats["seconds"] - s0) / max(1, nq)
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / "metrics.json"
+        old = json.loads(path.read_text()) if path.exists() else {}
+        path.write_text(json.dumps({**old, **metrics}, indent=1, sort_keys=True) + "\n")
+    return metrics

@@ -1,0 +1,183 @@
+"""The retrieval stage: query -> top-k items of the unified corpus (METHOD.md §1.1 step 1).
+
+``build_retriever`` wires the parts and caches every expensive one by content: the corpus JSONL
+(by benchmark names), the f0 embeddings (by encoder fingerprint + corpus digest, resumable shards)
+and the FAISS index (by embeddings + index settings).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from canopy_lit.retrieval.corpus import CorpusStore
+from canopy_lit.retrieval.encode import encode_corpus, f0_fingerprint, load_shards
+from canopy_lit.retrieval.index import FaissIndex
+from canopy_lit.types import Item
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Retrieval:
+    """One query's result: items best first, their cosine scores and the partitions searched."""
+
+    query: str
+    items: list[Item]
+    scores: list[float]
+    groups: list[str] | None = None  # None = every partition (no routing)
+    seconds: float = 0.0
+
+    @property
+    def ids(self) -> list[str]:
+        return [it.id for it in self.items]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __iter__(self):
+        return iter(self.items)
+
+
+class Retriever(Protocol):
+    """The retrieval stage interface the pipeline codes against."""
+
+    k: int
+    exclude_seen: bool
+
+    def retrieve(self, query: str, k: int | None = None, exclude: Collection[str] = ()) -> Retrieval: ...
+
+    def retrieve_round(self, query: str, held: Collection[str], k: int | None = None) -> Retrieval: ...
+
+
+@dataclass
+class FaissRetriever:
+    """Dense retrieval over a ``FaissIndex`` with f0 query embeddings.
+
+    Args:
+        index: the item index (partitioned by modality for routing).
+        corpus: resolves ids to items.
+        encoder: ``NodeEncoder``; queries use ``encode_queries`` (f0).
+        k: default number of items per query (paper: 10).
+        router: optional modality router (``route(query) -> list of modality names``); used iff set.
+        exclude_seen: follow-up rounds ask for k items not already held (``retrieve_round``); the
+            paper does not (63% of its follow-up items were already held).
+    """
+
+    index: FaissIndex
+    corpus: CorpusStore
+    encoder: Any
+    k: int = 10
+    router: Any = None
+    exclude_seen: bool = False
+    stats: dict[str, float] = field(default_factory=lambda: {"queries": 0, "seconds": 0.0})
+
+    def retrieve(self, query: str, k: int | None = None, exclude: Collection[str] = ()) -> Retrieval:
+        """Top-k items for ``query``; ids in ``exclude`` are never returned (k are still returned if possible)."""
+        return self.retrieve_batch([query], k, [exclude])[0]
+
+    def retrieve_round(self, query: str, held: Collection[str], k: int | None = None) -> Retrieval:
+        """A critic-loop round: excludes the ``held`` items only when ``exclude_seen`` is on."""
+        return self.retrieve(query, k, held if self.exclude_seen else ())
+
+    def retrieve_batch(
+        self, queries: Sequence[str], k: int | None = None, exclude: Sequence[Collection[str]] | None = None
+    ) -> list[Retrieval]:
+        """Batched ``retrieve``: one encoder pass and one FAISS pass per routed partition set."""
+        t0 = time.perf_counter()
+        k = self.k if k is None else k
+        queries = list(queries)
+        excl = [frozenset(e) for e in exclude] if exclude is not None else [frozenset()] * len(queries)
+        if len(excl) != len(queries):
+            raise ValueError(f"{len(excl)} exclude sets for {len(queries)} queries")
+        q = self.encoder.encode_queries(queries)
+        q = np.asarray(q.detach().cpu().numpy() if hasattr(q, "detach") else q, dtype=np.float32)
+        groups: list[list[str] | None] = [self._route(x) for x in queries] if self.router is not None else [None] * len(queries)
+        out: list[Retrieval | None] = [None] * len(queries)
+        by_route: dict[tuple[str, ...] | None, list[int]] = {}
+        for i, g in enumerate(groups):
+            by_route.setdefault(tuple(g) if g is not None else None, []).append(i)
+        for route, rows in by_route.items():
+            res = self.index.search(q[rows], k, exclude=[excl[i] for i in rows], groups=route)
+            for r, i in enumerate(rows):
+                out[i] = Retrieval(queries[i], self.corpus.get_many(res.ids[r]), res.scores[r], groups[i])
+        dt = time.perf_counter() - t0
+        self.stats["queries"] += len(queries)
+        self.stats["seconds"] += dt
+        for r in out:
+            assert r is not None
+            r.seconds = dt / max(1, len(queries))
+        return out  # type: ignore[return-value]
+
+    def _route(self, query: str) -> list[str] | None:
+        chosen = [g for g in self.router.route(query) if g in self.index.groups]
+        return chosen or None  # a route to partitions this corpus lacks falls back to all of them
+
+
+def _slug(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def build_retriever(
+    encoder: Any,
+    benchmarks: Sequence[str] = ("nq", "hotpotqa", "ottqa", "tatqa"),
+    cache_dir: str | Path = ".cache/retrieval",
+    k: int = 10,
+    index: str = "flat_sq_fp16",
+    index_options: dict[str, Any] | None = None,
+    partition_by_modality: bool = True,
+    routing: bool = False,
+    router: Any = None,
+    exclude_seen: bool = False,
+    batch_size: int = 64,
+    shard_size: int = 4096,
+    benchmark_options: dict[str, dict[str, Any]] | None = None,
+    trainer_kwargs: dict[str, Any] | None = None,
+) -> FaissRetriever:
+    """Corpus of ``benchmarks`` -> f0 embeddings -> FAISS index -> retriever, each step cached under ``cache_dir``.
+
+    Args:
+        encoder: ``NodeEncoder`` (its f0 embeds items and queries).
+        benchmarks: the corpus is the union of their items.
+        cache_dir: root of ``corpus-*.jsonl``, ``emb-*/`` shard folders and ``index-*/`` folders.
+        k, exclude_seen: see ``FaissRetriever``.
+        index, index_options: ``FaissIndex`` kind and keyword options (nlist, pq_m, nprobe, gpu ...).
+        partition_by_modality: one sub-index per modality (needed for routing; exact either way).
+        routing, router: route queries to modality sub-indexes with ``router`` (e.g. an
+            ``LLMModalityRouter``); ``routing=True`` without a router raises.
+        batch_size, shard_size, trainer_kwargs: corpus encoding (``encode_corpus``).
+    """
+    if routing and router is None:
+        raise ValueError("retrieval.routing=true needs a router (the LLM layer's ModalityRouter)")
+    if routing and not partition_by_modality:
+        raise ValueError("retrieval.routing=true needs partition_by_modality=true")
+    cache = Path(cache_dir)
+    names = [b.lower() for b in benchmarks]
+    corpus = CorpusStore.from_benchmarks(
+        names, cache / f"corpus-{_slug(names, benchmark_options)}.jsonl", options=benchmark_options
+    )
+    digest = corpus.digest()
+    fp = f0_fingerprint(encoder)
+    emb_dir = cache / f"emb-{_slug(fp, digest)}"
+    rep = encode_corpus(corpus, encoder, emb_dir, batch_size=batch_size, shard_size=shard_size, trainer_kwargs=trainer_kwargs)
+    if rep.encoded:
+        log.info("encoded %d corpus items in %.1f s (%d already done)", rep.encoded, rep.seconds, rep.skipped)
+    opts = dict(index_options or {})
+    gpu = bool(opts.pop("gpu", False))
+    idx_dir = cache / f"index-{_slug(fp, digest, index, opts, partition_by_modality)}"
+    if (idx_dir / "meta.json").exists():
+        faiss_index = FaissIndex.load(idx_dir, gpu=gpu, **{k_: v for k_, v in opts.items() if k_ in ("nprobe", "search_batch")})
+    else:
+        ids, vectors = load_shards(emb_dir, order=corpus.ids)
+        groups = corpus.modalities.tolist() if partition_by_modality else None
+        faiss_index = FaissIndex.build(ids, vectors, groups=groups, kind=index, gpu=gpu, **opts)
+        faiss_index.save(idx_dir)
+    return FaissRetriever(faiss_index, corpus, encoder, k=k, router=router if routing else None, exclude_seen=exclude_seen)

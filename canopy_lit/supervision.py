@@ -1,0 +1,99 @@
+"""Gold leaves -> the nodes an ideal refinement visits (V_i) -> preference pairs P(v) (METHOD.md §1.2)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from canopy_lit.types import Tree
+
+Pair = tuple[int, int]  # (winner node id, loser node id): winner ≻ loser
+
+
+def gold_counts(tree: Tree, gold_leaves: Iterable[int]) -> np.ndarray:
+    """(num_nodes,) number of gold leaves under each node."""
+    mask = np.zeros(tree.n_leaves + 1, dtype=np.int64)
+    for g in gold_leaves:
+        if not 0 <= g < tree.n_leaves:
+            raise IndexError(f"gold leaf {g} outside item {tree.item.id!r} with {tree.n_leaves} leaves")
+        mask[g + 1] = 1
+    csum = np.cumsum(mask)
+    return csum[tree.ends] - csum[tree.starts]
+
+
+def visited_nodes(tree: Tree, gold_leaves: Iterable[int]) -> list[int]:
+    """V_i: internal nodes overlapping the gold with no fully-gold proper ancestor (breadth-first order)."""
+    counts = gold_counts(tree, gold_leaves)
+    sizes = tree.ends - tree.starts
+    out: list[int] = []
+    stack = [0]
+    while stack:  # only descend below partly-gold nodes: a fully-gold node stops the walk
+        v = stack.pop()
+        if counts[v] == 0 or tree.is_leaf(v):
+            continue
+        out.append(v)
+        if counts[v] < sizes[v]:
+            stack.extend(reversed(tree.children[v]))
+    return sorted(out)
+
+
+def preference_pairs(tree: Tree, v: int, gold_leaves: Iterable[int] | np.ndarray) -> list[Pair]:
+    """P(v): fully gold -> v ≻ every child; partly gold -> g ≻ v, v ≻ n, g ≻ n.
+
+    ``gold_leaves`` may also be the precomputed ``gold_counts`` array.
+    """
+    counts = gold_leaves if isinstance(gold_leaves, np.ndarray) and len(gold_leaves) == len(tree) else gold_counts(tree, gold_leaves)
+    kids = tree.children[v]
+    size = int(tree.ends[v] - tree.starts[v])
+    if counts[v] == size:
+        return [(v, c) for c in kids]
+    gold = [c for c in kids if counts[c] > 0]
+    free = [c for c in kids if counts[c] == 0]
+    return [(g, v) for g in gold] + [(v, n) for n in free] + [(g, n) for g in gold for n in free]
+
+
+@dataclass
+class Instance:
+    """One training instance (q, v, P(v)) on the gold item ``tree``."""
+
+    question_id: str
+    question: str
+    tree: Tree
+    node: int
+    pairs: list[Pair]
+    benchmark: str = ""
+
+    @property
+    def depth(self) -> int:
+        return int(self.tree.depth[self.node])
+
+
+def instances_for(
+    question_id: str, question: str, tree: Tree, gold_leaves: Sequence[int], benchmark: str = ""
+) -> list[Instance]:
+    """All (q, v) instances of one gold item; empty gold (span not located) yields none."""
+    if not gold_leaves:
+        return []
+    counts = gold_counts(tree, gold_leaves)
+    return [
+        Instance(question_id, question, tree, v, preference_pairs(tree, v, counts), benchmark)
+        for v in visited_nodes(tree, gold_leaves)
+    ]
+
+
+def pair_holds(tree: Tree, scores: np.ndarray, winner: int, loser: int) -> bool:
+    """Does the scorer agree with ``winner ≻ loser`` as refinement would act on it?
+
+    A child beats its parent when it scores >= the parent (refinement keeps it);
+    every other preference needs a strictly higher score.
+    """
+    if tree.parent[winner] == loser:
+        return bool(scores[winner] >= scores[loser])
+    return bool(scores[winner] > scores[loser])
+
+
+def decision_correct(tree: Tree, scores: np.ndarray, pairs: Sequence[Pair]) -> bool:
+    """A refinement decision at v is correct iff every preference in P(v) holds."""
+    return all(pair_holds(tree, scores, a, b) for a, b in pairs)

@@ -1,0 +1,60 @@
+"""Pairwise ranking loss over preference pairs (METHOD.md §1.2)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def pairwise_ranking_loss(
+    winner_scores: torch.Tensor,
+    loser_scores: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    scale: float = 20.0,
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """ℓ(q, v) = log(1 + Σ_{(a ≻ b) ∈ P(v)} exp(λ · [s(q, b) − s(q, a)])), computed with logsumexp.
+
+    Args:
+        winner_scores: (N, P) s(q, a) for each instance's pairs, padded to P pairs.
+        loser_scores: (N, P) s(q, b), aligned with ``winner_scores``.
+        mask: (N, P) bool, True for real pairs (None = all real). Padded pairs contribute nothing;
+            an instance with no real pair has loss log(1) = 0.
+        scale: λ, the temperature on score differences (paper: 20).
+        reduction: ``"mean"`` over instances, ``"sum"`` or ``"none"`` (returns (N,)).
+
+    Returns:
+        Scalar loss, or (N,) per-instance losses for ``reduction="none"``.
+
+    Relations:
+        log(1 + Σ exp(x_k)) = logsumexp([0, x_1, ..., x_P]); padded x_k are set to -inf.
+    """
+    if winner_scores.shape != loser_scores.shape or winner_scores.dim() != 2:
+        raise ValueError(f"expected two (N, P) score tensors, got {tuple(winner_scores.shape)} and {tuple(loser_scores.shape)}")
+    logits = scale * (loser_scores - winner_scores)
+    if mask is not None:
+        logits = logits.masked_fill(~mask.bool(), float("-inf"))
+    zero = logits.new_zeros(logits.shape[0], 1)
+    per_instance = torch.logsumexp(torch.cat([zero, logits], dim=1), dim=1)
+    if reduction == "mean":
+        return per_instance.mean()
+    if reduction == "sum":
+        return per_instance.sum()
+    if reduction == "none":
+        return per_instance
+    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+class PairwiseRankingLoss(nn.Module):
+    """Module wrapper of :func:`pairwise_ranking_loss` (so λ lives in the config).
+
+    Args:
+        scale: λ (paper: 20).
+    """
+
+    def __init__(self, scale: float = 20.0) -> None:
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, winner_scores: torch.Tensor, loser_scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return pairwise_ranking_loss(winner_scores, loser_scores, mask, self.scale)

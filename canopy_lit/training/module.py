@@ -1,0 +1,223 @@
+"""NodeEncoderModule: trains one shared LoRA on the node encoder fθ against the frozen query encoder f0."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import lightning as L
+import torch
+from torch import nn
+
+from canopy_lit.encoders.base import NodeEncoder
+from canopy_lit.training.losses import pairwise_ranking_loss
+from canopy_lit.training.metrics import DecisionAccuracy
+
+
+class NodeEncoderModule(L.LightningModule):
+    """Pairwise-ranking training of fθ = backbone + LoRA; f0 = the same backbone, adapter off.
+
+    Args:
+        encoder: a :class:`NodeEncoder` (a fresh adapter is added unless it already has one).
+        lr, weight_decay, betas: AdamW settings (paper: lr 5e-5).
+        warmup_ratio: share of steps with linear warm-up; the rate then decays linearly to
+            ``min_lr_ratio * lr`` (``schedule="constant"`` keeps it flat after warm-up).
+        lora_r, lora_alpha, lora_dropout, lora_target_modules: the adapter (paper: 8 / 16 / 0.05).
+        lora_layers: transformer layers that get LoRA (None = all; top layers only = shorter backprop).
+        scale: λ of the pairwise loss (paper: 20).
+        backbone_dropout: keep the backbone's own dropout active while training (False = only LoRA dropout).
+        chunk_size: node texts per length-sorted forward chunk (less padding, same result).
+        benchmarks: names for per-benchmark metrics (default: taken from the datamodule).
+    """
+
+    def __init__(
+        self,
+        encoder: NodeEncoder,
+        lr: float = 5e-5,
+        weight_decay: float = 0.0,
+        betas: Sequence[float] = (0.9, 0.999),
+        warmup_ratio: float = 0.0,
+        schedule: str = "constant",
+        min_lr_ratio: float = 0.0,
+        lora_r: int = 8,
+        lora_alpha: int = 16,
+        lora_dropout: float = 0.05,
+        lora_target_modules: Sequence[str] | None = None,
+        lora_layers: Sequence[int] | None = None,
+        scale: float = 20.0,
+        backbone_dropout: bool = True,
+        chunk_size: int = 16,
+        benchmarks: Sequence[str] | None = None,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore=["encoder"])
+        self.hparams["encoder_name"] = encoder.name
+        if schedule not in {"constant", "linear", "cosine"}:
+            raise ValueError(f"model.schedule must be constant, linear or cosine, got {schedule!r}")
+        self.encoder = encoder
+        if not encoder.has_adapter:
+            encoder.add_adapter(lora_r, lora_alpha, lora_dropout, lora_target_modules, lora_layers)
+        self.assert_only_lora_trainable()
+        # Only adapter weights go into checkpoints, so loading must tolerate the missing backbone keys.
+        self.strict_loading = False
+        self._query_cache: dict[str, torch.Tensor] = {}  # f0 never changes: encode each question once
+        self.f0_results: dict[str, float] = {}
+        self.test_results: dict[str, float] = {}
+        self._benchmarks = list(benchmarks) if benchmarks else None
+        self._eval_cache: dict[str, dict[str, torch.Tensor]] = {}
+
+    # ----------------------------------------------------------------- setup
+    def assert_only_lora_trainable(self) -> None:
+        bad = [n for n, p in self.named_parameters() if p.requires_grad and "lora_" not in n]
+        if bad:
+            raise AssertionError(f"only LoRA parameters may train, but these require grad: {bad[:5]}")
+        if not any(p.requires_grad for p in self.parameters()):
+            raise AssertionError("no trainable LoRA parameters")
+
+    def setup(self, stage: str) -> None:
+        if self._benchmarks is None:
+            dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+            self._benchmarks = list(getattr(dm, "benchmark_names", []) or [])
+        if not hasattr(self, "val_acc"):
+            self.val_acc = DecisionAccuracy(self._benchmarks)
+            self.val_acc_f0 = DecisionAccuracy(self._benchmarks)
+            self.test_acc = DecisionAccuracy(self._benchmarks)
+            self.test_acc_f0 = DecisionAccuracy(self._benchmarks)
+
+    def configure_optimizers(self) -> Any:
+        params = [p for p in self.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=self.hparams.lr, weight_decay=self.hparams.weight_decay, betas=tuple(self.hparams.betas))
+        total = max(int(self.trainer.estimated_stepping_batches), 1)
+        warm = int(self.hparams.warmup_ratio * total)
+        floor = self.hparams.min_lr_ratio
+        kind = self.hparams.schedule
+
+        def factor(step: int) -> float:
+            if step < warm:
+                return (step + 1) / (warm + 1)
+            if kind == "constant":
+                return 1.0
+            frac = min((step - warm) / max(total - warm, 1), 1.0)
+            decay = 1.0 - frac if kind == "linear" else 0.5 * (1.0 + math.cos(math.pi * frac))
+            return floor + (1.0 - floor) * decay
+
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    # ----------------------------------------------------------------- scoring
+    def query_embeddings(self, batch: dict[str, Any]) -> torch.Tensor:
+        """(Q, D) f0 embeddings of the batch's questions (eval mode, no grad, cached by text)."""
+        texts = batch["query_texts"]
+        missing = [i for i, t in enumerate(texts) if t not in self._query_cache]
+        if missing:
+            tokens = {k: v[missing] for k, v in batch["query_tokens"].items()}
+            was = self.encoder.model.training
+            self.encoder.model.eval()
+            try:
+                with torch.no_grad(), self.encoder.adapter_disabled():
+                    emb = self.encoder.embed(tokens).float()
+            finally:
+                self.encoder.model.train(was)
+            for i, e in zip(missing, emb, strict=True):
+                self._query_cache[texts[i]] = e.detach()
+        return torch.stack([self._query_cache[t] for t in texts]).to(self.device)
+
+    def node_embeddings(self, batch: dict[str, Any], f0: bool = False, cache: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """(U, D) embeddings of the batch's distinct node texts (fθ, or f0 when ``f0``).
+
+        ``cache`` (eval only: weights are fixed within an eval epoch) maps text -> embedding, so a
+        node that is v in one instance and a child in another is encoded once per epoch.
+        """
+        texts = batch["node_texts"]
+        chunk = self.hparams.chunk_size
+        ctx = self.encoder.adapter_disabled() if f0 else contextlib.nullcontext()
+        if cache is None:
+            with ctx:
+                return self.encoder.embed_sorted(batch["node_tokens"], chunk).float()
+        missing = [i for i, t in enumerate(texts) if t not in cache]
+        if missing:
+            tokens = {k: v[missing] for k, v in batch["node_tokens"].items()}
+            with ctx:
+                emb = self.encoder.embed_sorted(tokens, chunk).float()
+            for i, e in zip(missing, emb, strict=True):
+                cache[texts[i]] = e
+        return torch.stack([cache[t] for t in texts])
+
+    def pair_scores(
+        self, batch: dict[str, Any], f0: bool = False, cache: dict[str, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N, P) winner and loser scores s(q, v) = cos(f0(q), fθ(v)) (f0 for nodes too when ``f0``)."""
+        q = self.query_embeddings(batch)[batch["query_index"]]  # (N, D)
+        nodes = self.node_embeddings(batch, f0, cache)  # (U, D)
+        s = nodes @ q.T  # (U, N): each distinct node scored against every instance's question
+        cols = torch.arange(q.shape[0], device=s.device).unsqueeze(1)
+        return s[batch["winner"], cols], s[batch["loser"], cols]
+
+    # ----------------------------------------------------------------- steps
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        if not self.hparams.backbone_dropout:
+            for name, m in self.encoder.model.named_modules():
+                if isinstance(m, nn.Dropout) and "lora_dropout" not in name:
+                    m.eval()
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        win, lose = self.pair_scores(batch)
+        loss = pairwise_ranking_loss(win, lose, batch["mask"], self.hparams.scale)
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["query_index"]))
+        return loss
+
+    def _update(self, metric: DecisionAccuracy, batch: dict[str, Any], f0: bool) -> None:
+        win, lose = self.pair_scores(batch, f0=f0, cache=self._eval_cache.setdefault("f0" if f0 else "ft", {}))
+        metric.update(win, lose, batch["mask"], batch["tie_ok"], batch["benchmark"], batch["depth"])
+
+    def on_validation_epoch_start(self) -> None:
+        self._eval_cache = {}
+
+    def on_test_epoch_start(self) -> None:
+        self._eval_cache = {}
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._update(self.val_acc, batch, f0=False)
+        if not self.f0_results and not self.trainer.sanity_checking:
+            self._update(self.val_acc_f0, batch, f0=True)
+
+    def on_validation_epoch_end(self) -> None:
+        if self.trainer.sanity_checking:
+            self.val_acc.reset()
+            self.val_acc_f0.reset()
+            return
+        res = {f"val/{k}": float(v) for k, v in self.val_acc.compute().items()}
+        self.val_acc.reset()
+        self._eval_cache = {}
+        if not self.f0_results and self.val_acc_f0.update_count > 0:
+            self.f0_results = {f"val/{k}_f0": float(v) for k, v in self.val_acc_f0.compute().items()}
+            self.val_acc_f0.reset()
+        # f0 is logged every epoch (constant) so the csv/W&B curves carry the baseline line.
+        self.log_dict({**res, **self.f0_results}, prog_bar=False)
+        self.log("val/decision_accuracy", res["val/decision_accuracy"], prog_bar=True)
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._update(self.test_acc, batch, f0=False)
+        self._update(self.test_acc_f0, batch, f0=True)
+
+    def on_test_epoch_end(self) -> None:
+        res = {f"test/{k}": float(v) for k, v in self.test_acc.compute().items()}
+        res |= {f"test/{k}_f0": float(v) for k, v in self.test_acc_f0.compute().items()}
+        res |= {f"test/{k}": float(v) for k, v in self.test_acc.counts().items()}
+        self.test_acc.reset()
+        self.test_acc_f0.reset()
+        self._eval_cache = {}
+        self.test_results = res
+        self.log_dict(res)
+
+    # ----------------------------------------------------------------- checkpoints: adapter only
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        trainable = {n for n, p in self.named_parameters() if p.requires_grad}
+        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
+        checkpoint["f0_results"] = self.f0_results
+        checkpoint["encoder_fingerprint"] = self.encoder.fingerprint
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.f0_results = dict(checkpoint.get("f0_results") or {})

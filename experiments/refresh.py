@@ -1,0 +1,141 @@
+"""Regenerate every table and plot in experiments/ from run folders: ``python experiments/refresh.py``.
+
+Reads the study run folders (default ``outputs/ablation/<study>/<overrides>/``, written by
+``python evaluate.py -m +ablation=<study>``), writes ``experiments/tables/<study>.{md,csv}``
+and ``experiments/img/*.png``, and rewrites the generated blocks of experiments/README.md
+(and of any other markdown file given with ``--docs``)::
+
+    <!-- BEGIN table:main --> ... <!-- END table:main -->
+    <!-- BEGIN plot:quality_vs_tokens --> ... <!-- END plot:quality_vs_tokens -->
+
+Nothing in those blocks is typed by hand; a study without runs gets a placeholder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # runnable from a source checkout without installing
+    sys.path.insert(0, str(ROOT))
+
+from canopy_lit.eval import plots  # noqa: E402
+from canopy_lit.eval.tables import Run, find_runs, group_studies, render_study, study_rows, write_csv  # noqa: E402
+
+log = logging.getLogger("refresh")
+
+STUDIES = ("main", "components", "branching", "k", "flat", "exclude_seen", "probe")
+# Extra rows a study's table borrows from another study: the flat sweep is compared with CANOPY.
+BORROW = {"flat": ("main", "canopy")}
+# plot -> studies to draw it from, first one with data wins.
+PLOT_SOURCES = {
+    "quality_vs_tokens": ("k", "main"),
+    "decisions_by_modality": ("main", "components", "flat"),
+    "probe_depth_accuracy": ("probe",),
+    "root_relative_scores": ("probe",),
+}
+BLOCK = re.compile(r"(<!-- BEGIN (table|plot):([\w-]+) -->\n)(.*?)(<!-- END \2:\3 -->)", re.S)
+
+
+def study_runs(runs: Sequence[Run]) -> dict[str, list[Run]]:
+    studies = group_studies(runs)
+    for study, (source, method) in BORROW.items():
+        if study in studies:
+            studies[study] = studies[study] + [r for r in studies.get(source, []) if r.method == method]
+    return studies
+
+
+def placeholder(kind: str, name: str) -> str:
+    return f"_No runs yet for `{name}`: run its command above, then `python experiments/refresh.py`._\n"
+
+
+def update_blocks(doc: Path, tables: dict[str, str], images: dict[str, Path]) -> int:
+    """Rewrite the generated blocks of one markdown file; returns how many blocks it has."""
+    text = doc.read_text(encoding="utf-8")
+    count = 0
+
+    def repl(m: re.Match[str]) -> str:
+        nonlocal count
+        count += 1
+        kind, name = m.group(2), m.group(3)
+        if kind == "table":
+            body = tables.get(name) or placeholder(kind, name)
+            body = re.sub(r"^### .*\n\n?", "", body)  # the doc has its own heading
+        else:
+            img = images.get(name)
+            body = (
+                f"![{name}]({Path(os.path.relpath(img, doc.parent)).as_posix()})\n" if img else placeholder(kind, name)
+            )
+        return m.group(1) + body + m.group(5)
+
+    new = BLOCK.sub(repl, text)
+    if new != text:
+        doc.write_text(new, encoding="utf-8")
+    return count
+
+
+def refresh(outputs: Path, out: Path, docs: Sequence[Path], wandb_project: str | None = None) -> dict[str, Path]:
+    runs = find_runs([outputs]) if outputs.exists() else []
+    log.info("%d run folder(s) under %s", len(runs), outputs)
+    studies = study_runs(runs)
+    (out / "tables").mkdir(parents=True, exist_ok=True)
+    tables: dict[str, str] = {}
+    written: dict[str, Path] = {}
+    for name, sub in studies.items():
+        md = render_study(name, sub)
+        tables[name] = md
+        path = out / "tables" / f"{name}.md"
+        path.write_text(md, encoding="utf-8")
+        written[f"table:{name}"] = path
+        for kind, rows in study_rows(sub).items():
+            write_csv(out / "tables" / f"{name}{ {'qa': '', 'qa_wide': '_wide', 'probe': '_probe'}[kind] }.csv", rows)
+    images: dict[str, Path] = {}
+    for plot, sources in PLOT_SOURCES.items():
+        for src in sources:
+            if src not in studies:
+                continue
+            path = plots.PLOTS[plot](studies[src], out / "img" / f"{plot}.png")
+            if path is not None:
+                images[plot] = path
+                written[f"plot:{plot}"] = path
+                break
+    for doc in docs:
+        if doc.is_file():
+            n = update_blocks(doc, tables, images)
+            log.info("%s: %d generated block(s) refreshed", doc, n)
+    if wandb_project:
+        from canopy_lit.eval.wandb_report import log_report
+
+        log_report(runs, images, project=wandb_project, name="experiments")
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--outputs", default=str(ROOT / "outputs" / "ablation"), help="folder holding the study run folders")
+    ap.add_argument("--out", default=str(ROOT / "experiments"), help="where tables/ and img/ go")
+    ap.add_argument(
+        "--docs", nargs="*", default=[str(ROOT / "experiments" / "README.md"), str(ROOT / "README.md")],
+        help="markdown files whose generated blocks are rewritten",
+    )
+    ap.add_argument("--wandb-project", default=None, help="also log the tables and plots to W&B")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        written = refresh(Path(args.outputs), Path(args.out), [Path(d) for d in args.docs], args.wandb_project)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for key, path in written.items():
+        print(f"{key}: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""Every study preset composes with the real configs, and each grid point sets what its row claims."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+STUDIES = sorted(p.stem for p in (CONFIGS / "ablation").glob("*.yaml"))
+
+
+def sweep(study: str) -> dict[str, list[str]]:
+    params = yaml.safe_load((CONFIGS / "ablation" / f"{study}.yaml").read_text())["hydra"]["sweeper"]["params"]
+    return {k: [v.strip() for v in str(vals).split(",")] for k, vals in params.items()}
+
+
+@pytest.fixture(scope="module")
+def hydra_ctx():
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        yield
+    GlobalHydra.instance().clear()
+
+
+def test_the_paper_studies_exist() -> None:
+    assert {"main", "components", "branching", "k", "flat", "exclude_seen", "probe"} <= set(STUDIES)
+    assert sweep("k")["retrieval.k"] == ["5", "10", "20"] and sweep("k")["method"] == ["vanilla", "ircot", "canopy"]
+    assert sweep("branching")["tree.branching"] == ["2", "3", "4"]
+    for study in STUDIES:
+        for bench in sweep(study).get("data", []):
+            assert (CONFIGS / "data" / f"{bench}.yaml").is_file(), f"{study}: unknown benchmark {bench}"
+
+
+@pytest.mark.parametrize("study", STUDIES)
+def test_every_grid_point_composes(hydra_ctx, study: str) -> None:
+    params = {k: v for k, v in sweep(study).items() if k != "data"}  # benchmarks are checked above
+    # every value of every axis at least once (the full product only multiplies compose time)
+    width = max(len(v) for v in params.values())
+    for combo in ([vals[i % len(vals)] for vals in params.values()] for i in range(width)):
+        overrides = [f"{k}={v}" for k, v in zip(params, combo)]
+        cfg = compose("evaluate", overrides=[f"+ablation={study}", "adapter=/tmp/adapter", *overrides],
+                      return_hydra_config=True)
+        point = dict(zip(params, combo))
+        assert cfg.study == study
+        assert cfg.hydra.sweep.dir == f"outputs/ablation/{study}"
+        # the adapter path (a folder) never names a sweep subdir
+        assert "adapter" in cfg.hydra.job.config.override_dirname.exclude_keys
+        variant = point.get("variant", "full")
+        assert cfg.encoder.adapter == (None if variant == "f0" else "/tmp/adapter")
+        target = cfg.refine._target_.rsplit(".", 1)[-1]
+        if variant == "no_projection":
+            assert target == "KeepWholeRefiner"
+        if variant == "no_iteration":
+            assert cfg.loop.max_rounds == 1
+        if "method" in point:
+            assert cfg.method.name == point["method"]
+        if "retrieval.k" in point:
+            assert cfg.retrieval.k == int(point["retrieval.k"])
+        if "tree.branching" in point:
+            assert cfg.tree.branching == int(point["tree.branching"])
+        if "refine.m" in point:
+            assert target == "FlatTopMRefiner" and cfg.refine.m == int(point["refine.m"])
+        if study == "probe":
+            assert cfg.mode == "probe"

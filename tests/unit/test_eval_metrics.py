@@ -1,0 +1,62 @@
+"""Answer metrics and run summaries on hand-computed cases."""
+
+from __future__ import annotations
+
+import pytest
+
+from canopy_lit.eval.metrics import bootstrap_ci, choice_accuracy, choice_letter, exact_match, f1_score, normalize_answer
+from canopy_lit.eval.summary import markdown_table, summarize
+
+
+def test_squad_normalisation_and_em() -> None:
+    assert normalize_answer("The  Eiffel Tower!") == "eiffel tower"
+    assert exact_match("the eiffel tower", ["Eiffel Tower"]) == 1.0
+    assert exact_match("Paris, France", ["Paris"]) == 0.0
+
+
+def test_f1_by_hand() -> None:
+    # pred tokens {paris, france}, gold {paris}: P = 1/2, R = 1 -> F1 = 2/3
+    assert f1_score("Paris France", ["Paris"]) == pytest.approx(2 / 3)
+    assert f1_score("London", ["Paris", "London"]) == 1.0
+    assert f1_score("", ["Paris"]) == 0.0
+
+
+def test_choice_letter_parsing() -> None:
+    assert choice_letter("(B) a red car") == "B"
+    assert choice_letter("Answer: C.") == "C"
+    assert choice_letter("I think it is E") is None
+    assert choice_accuracy("(D)", "D") == 1.0 and choice_accuracy("A", "(B)") == 0.0
+
+
+def test_bootstrap_ci_brackets_the_mean() -> None:
+    lo, hi = bootstrap_ci([0, 1, 1, 0, 1, 1, 1, 0, 1, 1])
+    assert lo <= 0.7 <= hi and 0 <= lo < hi <= 1
+
+
+def rec(qid: str, status: str = "ok", em: float = 1.0, tokens: int = 100, dups: int = 0) -> dict:
+    return {
+        "id": qid,
+        "status": status,
+        "scores": {"em": em, "f1": em},
+        "evidence_tokens": tokens,
+        "llm_calls": {"reader": 1, "critic": 2},
+        "rounds": [{"retrieved": ["a", "b"], "duplicates": dups, "kept": [{"kept_tokens": 5, "item_tokens": 10}]}],
+        "latency_s": 2.0,
+        "time_s": {"reader": 1.5},
+    }
+
+
+def test_summary_counts_failures_as_zero_and_averages_costs() -> None:
+    m = summarize([rec("1"), rec("2", em=0.0, tokens=300, dups=1), rec("3", status="failed")])
+    assert m["eval/n"] == 3 and m["eval/failed"] == 1
+    assert m["eval/em"] == pytest.approx(1 / 3)
+    assert m["eval/evidence_tokens"] == 200
+    assert m["eval/llm_calls"] == 3 and m["eval/llm_calls/critic"] == 2
+    assert m["eval/duplicate_rate"] == pytest.approx(1 / 4)
+    assert m["eval/kept_token_ratio"] == pytest.approx(0.5)
+    assert m["time/reader_s"] == 3.0
+
+
+def test_markdown_table() -> None:
+    t = markdown_table([{"method": "canopy", "eval/f1": 0.51234}], ["method", "eval/f1"], "k = 10")
+    assert t.splitlines()[0] == "k = 10" and "| canopy | 0.512 |" in t

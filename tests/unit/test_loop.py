@@ -1,0 +1,144 @@
+"""Control flow of the evidence loop, with hand-made stand-in stages (the real ones are tested on their own)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.pipeline.loop import Decision, EvidenceLoop, LoopSettings
+from canopy_lit.refine import KeepWholeRefiner, ParentRelativeRefiner
+from canopy_lit.types import Item, Question, Table
+
+ITEMS = {
+    "a": Item("a", "text", title="A", sentences=["Alpha one.", "Alpha two.", "Alpha three."]),
+    "b": Item("b", "text", title="B", sentences=["Beta one.", "Beta two."]),
+    "c": Item("c", "text", title="C", sentences=["Gamma one."]),
+    "t": Item("t", "table", title="T", table=Table(["x", "y"], [["1", "2"], ["3", "4"]])),
+}
+Q = Question("q1", "What is alpha?", ["alpha"], "unit")
+
+
+class ScriptedRetriever:
+    """Returns a fixed list per round; records the exclude sets it was given."""
+
+    def __init__(self, rounds: list[list[str]]) -> None:
+        self.rounds = rounds
+        self.calls: list[tuple[str, set[str]]] = []
+
+    def retrieve(self, query, k, exclude, question):
+        ids = [i for i in self.rounds[min(len(self.calls), len(self.rounds) - 1)] if i not in exclude]
+        self.calls.append((query, set(exclude)))
+        return [ITEMS[i] for i in ids[:k]]
+
+
+class ScriptedController:
+    def __init__(self, stops: list[bool]) -> None:
+        self.stops = stops
+        self.seen: list[int] = []
+
+    def step(self, question, evidence, round, history):
+        self.seen.append(len(evidence))
+        return Decision(stop=self.stops[round], followup=f"follow-up {round}")
+
+
+class EchoReader:
+    def __init__(self) -> None:
+        self.evidence: list[str] = []
+
+    def answer(self, question, evidence):
+        self.evidence = evidence
+        return "alpha"
+
+
+class CountingAggregation:
+    def __init__(self, answer: bool) -> None:
+        self.answer, self.calls = answer, 0
+
+    def is_aggregation(self, question):
+        self.calls += 1
+        return self.answer
+
+
+class LeafPreferringScorer:
+    """Scores every node by its depth, so parent-relative refinement descends to the leaves."""
+
+    def score(self, query, trees):
+        return [t.depth.astype(float) for t in trees]
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def make(retriever, controller=None, refiner=None, scorer=None, aggregation=None, **settings):
+    return EvidenceLoop(
+        retriever,
+        Hierarchy(2),
+        refiner or KeepWholeRefiner(),
+        EchoReader(),
+        words,
+        scorer=scorer,
+        controller=controller,
+        aggregation=aggregation,
+        settings=LoopSettings(**settings),
+    )
+
+
+def test_critic_stop_ends_the_loop_and_followup_becomes_the_query() -> None:
+    retr = ScriptedRetriever([["a", "b"], ["b", "c"], ["c"]])
+    ctrl = ScriptedController([False, True, True])
+    rec = make(retr, ctrl, k=2, max_rounds=3).run(Q)
+    assert [c[0] for c in retr.calls] == ["What is alpha?", "follow-up 0"]
+    assert len(rec.rounds) == 2 and rec.rounds[1].duplicates == 1  # "b" was already held
+    assert [k.item_id for r in rec.rounds for k in r.kept] == ["a", "b", "c"]
+    assert ctrl.seen == [2, 3]  # the critic sees all accumulated evidence
+
+
+def test_no_critic_call_after_the_last_round() -> None:
+    ctrl = ScriptedController([False, False, False])
+    rec = make(ScriptedRetriever([["a"], ["b"], ["c"]]), ctrl, max_rounds=3).run(Q)
+    assert len(rec.rounds) == 3 and len(ctrl.seen) == 2
+
+
+def test_exclude_seen_passes_held_items_to_the_retriever() -> None:
+    retr = ScriptedRetriever([["a", "b"], ["a", "b", "c"]])
+    rec = make(retr, ScriptedController([False, True]), k=2, max_rounds=2, exclude_seen=True).run(Q)
+    assert retr.calls[1][1] == {"a", "b"}
+    assert rec.rounds[1].duplicates == 0 and rec.rounds[1].retrieved == ["c"]
+
+
+def test_no_retrieval_reads_without_evidence() -> None:
+    loop = make(ScriptedRetriever([["a"]]), max_rounds=0)
+    rec = loop.run(Q)
+    assert rec.rounds == [] and rec.prediction == "alpha" and loop.reader.evidence == []
+
+
+def test_reader_cap_keeps_the_newest_evidence() -> None:
+    loop = make(ScriptedRetriever([["a"], ["b"]]), ScriptedController([False, True]), max_rounds=2, reader_max_tokens=6)
+    rec = loop.run(Q)
+    # "B: Beta one. Beta two." = 5 words fits; adding A's 7 words would not: the older item is dropped.
+    assert loop.reader.evidence == ["B: Beta one. Beta two."]
+    assert rec.truncated_items == 1 and rec.evidence_tokens == 5
+
+
+def test_refinement_compresses_and_tables_of_aggregation_questions_stay_whole() -> None:
+    agg = CountingAggregation(True)
+    loop = make(
+        ScriptedRetriever([["a", "t"], ["t", "b"]]),
+        ScriptedController([False, True]),
+        refiner=ParentRelativeRefiner(),
+        scorer=LeafPreferringScorer(),
+        aggregation=agg,
+        max_rounds=2,
+    )
+    rec = loop.run(Q)
+    kept = {k.item_id: k for r in rec.rounds for k in r.kept}
+    assert kept["a"].leaf_ranges == [(0, 1), (1, 2), (2, 3)]  # leaves (deeper = higher score)
+    assert kept["t"].leaf_ranges == [(0, 2)] and kept["t"].aggregation
+    assert agg.calls == 1  # classified once per question, the first time a table appears
+
+
+def test_stage_times_are_recorded() -> None:
+    rec = make(ScriptedRetriever([["a"]]), max_rounds=1).run(Q)
+    assert {"retrieve", "trees", "refine", "reader"} <= set(rec.time_s)
+    assert np.isfinite(rec.latency_s)

@@ -1,0 +1,157 @@
+"""NodeEmbeddingCache with a counting fake encoder (hash-seeded vectors) on hand-made fixture items."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+import torch
+
+from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.hierarchy.base import NodeInput
+from canopy_lit.retrieval.node_cache import NodeEmbeddingCache
+from canopy_lit.types import Item, Table
+
+
+class FakeCountingEncoder:
+    """Deterministic text -> unit vector (seeded by the text hash); records every text it encodes."""
+
+    dim = 16
+
+    def __init__(self, adapter: str = "none") -> None:
+        self.adapter = adapter
+        self.calls: list[list[str]] = []
+
+    @property
+    def fingerprint(self) -> str:
+        return f"FakeCountingEncoder:adapter={self.adapter}"
+
+    def encode_nodes(self, inputs, batch_size=None) -> torch.Tensor:
+        texts = [x.text if isinstance(x, NodeInput) else x for x in inputs]
+        self.calls.append(texts)
+        rows = []
+        for t in texts:
+            seed = int(hashlib.sha256(f"{self.adapter}|{t}".encode()).hexdigest()[:8], 16)
+            v = np.random.default_rng(seed).standard_normal(self.dim)
+            rows.append(v / np.linalg.norm(v))
+        return torch.tensor(np.stack(rows), dtype=torch.float32)
+
+    @property
+    def n_encoded(self) -> int:
+        return sum(len(c) for c in self.calls)
+
+
+# Hand-made fixture items (not benchmark records).
+TEXT = Item(
+    id="fixture:text",
+    modality="text",
+    title="Fixture",
+    sentences=["One sentence.", "Two sentence.", "Red sentence.", "Blue sentence.", "Last one."],
+)
+TABLE = Item(
+    id="fixture:table",
+    modality="table",
+    title="Scores",
+    table=Table(header=["team", "points"], rows=[["a", "1"], ["b", "2"], ["c", "3"]]),
+)
+
+
+def test_miss_then_memory_hit_encodes_each_node_once() -> None:
+    enc = FakeCountingEncoder()
+    cache = NodeEmbeddingCache(enc)
+    tree = Hierarchy(2).build(TEXT)
+    first = cache.embed_tree(tree)
+    assert first.shape == (len(tree), enc.dim) and first.dtype == np.float32
+    assert enc.n_encoded == len(tree) and len(enc.calls) == 1
+    second = cache.embed_tree(tree)
+    assert enc.n_encoded == len(tree)  # nothing new encoded
+    np.testing.assert_array_equal(first, second)
+    assert cache.stats()["hits"] == len(tree) and cache.stats()["misses"] == len(tree)
+    # Rows are the embeddings of Hierarchy.node_input of each node id.
+    h = Hierarchy(2)
+    expect = FakeCountingEncoder().encode_nodes([h.node_input(tree, i) for i in range(len(tree))]).numpy()
+    np.testing.assert_allclose(first, expect, atol=1e-7)
+
+
+def test_key_includes_fingerprint() -> None:
+    enc = FakeCountingEncoder()
+    cache = NodeEmbeddingCache(enc)
+    tree = Hierarchy(2).build(TABLE)
+    f0 = cache.embed_tree(tree)
+    enc.adapter = "lora-1234"  # a trained adapter: a new fingerprint, so every node is a miss
+    ft = cache.embed_tree(tree)
+    assert enc.n_encoded == 2 * len(tree)
+    assert not np.allclose(f0, ft)
+    enc.adapter = "none"
+    np.testing.assert_array_equal(cache.embed_tree(tree), f0)  # both fingerprints stay cached
+    assert enc.n_encoded == 2 * len(tree)
+
+
+def test_disk_persistence_across_cache_objects(tmp_path) -> None:
+    tree = Hierarchy(2).build(TEXT)
+    enc = FakeCountingEncoder()
+    a = NodeEmbeddingCache(enc, cache_dir=tmp_path)
+    cold = a.embed_tree(tree)
+    a.close()
+    enc2 = FakeCountingEncoder()
+    b = NodeEmbeddingCache(enc2, cache_dir=tmp_path)
+    warm = b.embed_tree(tree)
+    assert enc2.n_encoded == 0 and b.stats()["disk_hits"] == len(tree)
+    np.testing.assert_array_equal(cold, warm)
+    # Another fingerprint gets its own store: nothing is served across encoders.
+    c = NodeEmbeddingCache(FakeCountingEncoder(adapter="x"), cache_dir=tmp_path)
+    c.embed_tree(tree)
+    assert c.stats()["misses"] == len(tree)
+    assert len(list(tmp_path.glob("nodes-*.sqlite"))) == 2
+
+
+def test_float16_store_is_consistent_cold_and_warm(tmp_path) -> None:
+    tree = Hierarchy(2).build(TEXT)
+    cold = NodeEmbeddingCache(FakeCountingEncoder(), cache_dir=tmp_path, dtype="float16").embed_tree(tree)
+    warm = NodeEmbeddingCache(FakeCountingEncoder(), cache_dir=tmp_path, dtype="float16").embed_tree(tree)
+    np.testing.assert_array_equal(cold, warm)  # rounded through fp16 both times: identical scores
+    with pytest.raises(ValueError, match="dtype"):
+        NodeEmbeddingCache(FakeCountingEncoder(), dtype="int8")
+
+
+def test_lru_eviction_without_disk() -> None:
+    enc = FakeCountingEncoder()
+    cache = NodeEmbeddingCache(enc, capacity=3)
+    tree = Hierarchy(2).build(TEXT)  # 5 leaves -> 9 nodes
+    cache.embed_tree(tree)
+    assert len(cache) == 3  # only the 3 most recently used survive
+    n = enc.n_encoded
+    cache.embed_tree(tree)
+    assert enc.n_encoded > n  # evicted nodes had to be re-encoded
+    # Recency: touching a key keeps it when others arrive.
+    small = NodeEmbeddingCache(FakeCountingEncoder(), capacity=2)
+    small.embed_tree(Hierarchy(2).build(Item(id="fixture:one", modality="text", sentences=["A.", "B."])))
+    kept = list(small._mem)
+    small._mem_get(small.fingerprint, kept[0][1:])  # use the older entry
+    small._mem_put(small.fingerprint, ("other", 0, 1), np.zeros(16, np.float32))
+    assert kept[0] in small._mem and kept[1] not in small._mem
+
+
+def test_trees_of_different_branching_share_leaf_ranges() -> None:
+    enc = FakeCountingEncoder()
+    cache = NodeEmbeddingCache(enc)
+    t2, t3 = Hierarchy(2).build(TEXT), Hierarchy(3).build(TEXT)
+    e2 = cache.embed_tree(t2)
+    before = enc.n_encoded
+    e3 = cache.embed_tree(t3)
+    ranges2 = {(int(s), int(e)) for s, e in zip(t2.starts, t2.ends, strict=True)}
+    shared = [i for i in range(len(t3)) if (int(t3.starts[i]), int(t3.ends[i])) in ranges2]
+    assert enc.n_encoded - before == len(t3) - len(shared)
+    np.testing.assert_array_equal(e3[0], e2[0])  # the root is the same node under any B
+
+
+def test_embed_trees_batches_misses_and_precompute_skips_cached() -> None:
+    enc = FakeCountingEncoder()
+    cache = NodeEmbeddingCache(enc)
+    trees = [Hierarchy(2).build(TEXT), Hierarchy(2).build(TABLE)]
+    out = cache.embed_trees(trees)
+    assert [len(o) for o in out] == [len(t) for t in trees] and len(enc.calls) == 1
+    assert cache.precompute([TEXT, TABLE]) == 0  # all cached
+    fresh = NodeEmbeddingCache(FakeCountingEncoder())
+    assert fresh.precompute([TEXT, TABLE], chunk=1) == sum(len(t) for t in trees)

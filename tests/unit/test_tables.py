@@ -1,0 +1,169 @@
+"""Study tables from run folders: grouping, settings, averages, CSV, robustness, README blocks."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+from runfolders import ROOT, make_multirun, make_qa_run
+
+from canopy_lit.eval import tables
+from canopy_lit.eval.tables import find_runs, load_run, qa_rows, render_study, split_settings, write_tables
+
+sys.path.insert(0, str(ROOT / "experiments"))
+import refresh  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def studies(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("outputs") / "ablation"
+    main = [
+        dict(method=m, name=b, refine=r, max_rounds=rounds, n=3)
+        for b in ("hotpotqa", "tatqa")
+        for m, r, rounds in (("vanilla", "keep_whole", 1), ("canopy", "parent_relative", 2))
+    ]
+    make_multirun(root / "main", main, study="main")
+    k = [
+        dict(method=m, name="hotpotqa", refine=r, max_rounds=rounds, k=kk, n=3)
+        for m, r, rounds in (("vanilla", "keep_whole", 1), ("canopy", "parent_relative", 2))
+        for kk in (2, 4)
+    ]
+    make_multirun(root / "k", k)  # no `study` key: named by its multirun folder
+    return root
+
+
+def metrics_of(path: Path) -> dict[str, float]:
+    return json.loads((path / "metrics.json").read_text())
+
+
+def test_runs_are_grouped_by_study_and_configs_resolve(studies: Path) -> None:
+    runs = find_runs([studies])
+    assert sorted({r.study for r in runs}) == ["k", "main"]
+    assert len(runs) == 8
+    r = next(r for r in runs if r.study == "main")
+    # Hydra saves ${paths.data_dir}/... unresolved; the run's hydra.yaml gives runtime.cwd.
+    assert r.config["data"]["path"] in (str(ROOT / "data" / "hotpotqa"), str(ROOT / "data" / "tatqa/tatqa_dataset_dev.json"))
+    assert r.mode == "qa" and r.method in ("vanilla", "canopy") and r.benchmark in ("hotpotqa", "tatqa")
+
+
+def test_main_table_means_match_metrics_files_and_state_fixed_setting(studies: Path) -> None:
+    runs = [r for r in find_runs([studies]) if r.study == "main"]
+    axes, fixed = split_settings(runs)
+    assert axes == []  # refiner and R differ only between methods: implied by the method
+    assert fixed["k"] == "3" and fixed["B"] == "2" and "refine" not in fixed
+    rows = qa_rows(runs, axes)
+    avg = next(r for r in rows if r["method"] == "canopy" and r["benchmark"] == "average")
+    per = [metrics_of(r.path) for r in runs if r.method == "canopy"]
+    assert avg["em"] == pytest.approx(sum(m["eval/em"] for m in per) / 2)
+    assert avg["evidence_tokens"] == pytest.approx(sum(m["eval/evidence_tokens"] for m in per) / 2)
+    assert avg["n"] == sum(m["eval/n"] for m in per)
+    md = render_study("main", runs)
+    assert "**Fixed setting:**" in md and "k (items per round) = 3" in md
+    canopy = next(r for r in runs if r.method == "canopy" and r.benchmark == "hotpotqa")
+    m = metrics_of(canopy.path)
+    line = next(x for x in md.splitlines() if x.startswith("| canopy | hotpotqa |"))
+    assert f"{100 * m['eval/f1']:.1f}" in line and f"{m['eval/evidence_tokens']:.0f}" in line
+    assert f"[{100 * m['eval/f1_ci_low']:.1f}, {100 * m['eval/f1_ci_high']:.1f}]" in line
+
+
+def test_k_study_makes_k_a_column_and_csv_has_every_run(studies: Path, tmp_path: Path) -> None:
+    runs = [r for r in find_runs([studies]) if r.study == "k"]
+    axes, fixed = split_settings(runs)
+    assert axes == ["k"] and "k" not in fixed
+    written = write_tables(runs, tmp_path)
+    assert set(written) == {"k"}
+    with (tmp_path / "k.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 4  # one benchmark: no average rows
+    for row in rows:
+        m = metrics_of(Path(row["run"]))
+        assert float(row["f1"]) == pytest.approx(m["eval/f1"])
+        assert float(row["duplicate_rate"]) == pytest.approx(m["eval/duplicate_rate"])
+        assert row["k"] in ("2", "4")
+    # more items per round -> at least as many evidence tokens for whole items
+    vanilla = sorted((int(r["k"]), float(r["evidence_tokens"])) for r in rows if r["method"] == "vanilla")
+    assert vanilla[0][1] < vanilla[1][1]
+
+
+def test_no_average_when_a_system_misses_a_benchmark(tmp_path: Path) -> None:
+    make_qa_run(tmp_path / "a", "hotpotqa", 2, method="vanilla", refine="keep_whole", max_rounds=1)
+    make_qa_run(tmp_path / "b", "tatqa", 2, method="vanilla", refine="keep_whole", max_rounds=1)
+    make_qa_run(tmp_path / "c", "hotpotqa", 2, method="canopy")
+    rows = qa_rows(find_runs([tmp_path]))
+    assert [(r["method"], r["benchmark"]) for r in rows if r["benchmark"] == "average"] == [("vanilla", "average")]
+
+
+def test_run_without_hydra_config_and_with_nan_still_tabulates(tmp_path: Path) -> None:
+    run = tmp_path / "bare"
+    run.mkdir()
+    (run / "metrics.json").write_text(json.dumps({"eval/n": 2, "eval/f1": 0.5, "eval/evidence_tokens": float("nan")}))
+    r = load_run(run)
+    assert r.method == "?" and r.benchmark == "bare" and r.metric("eval/evidence_tokens") is None
+    md = render_study("runs", [r])
+    assert "| ? | bare |" in md and "nan" not in md.lower()
+
+
+def test_probe_table_has_depth_columns(tmp_path: Path) -> None:
+    make_multirun(tmp_path / "probe", [dict(probe=True, name="hotpotqa", adapter=a, n=4) for a in (None, "adapter")])
+    runs = find_runs([tmp_path])
+    md = render_study("probe", runs)
+    assert "| hotpotqa | f0 |" in md and "| hotpotqa | fθ |" in md and "acc d=0" in md
+    m = metrics_of(next(r.path for r in runs if r.setting("scorer") == "f0"))
+    assert f"{100 * m['probe/decision_accuracy']:.1f}" in md
+
+
+def test_bad_inputs_name_the_file(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "metrics.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"bad/metrics.json"):
+        load_run(bad)
+    assert tables.main([str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
+    assert "missing: no such run folder" in capsys.readouterr().err
+
+
+def test_cli_writes_tables_and_plots(studies: Path, tmp_path: Path) -> None:
+    assert tables.main([str(studies / "k"), "--out", str(tmp_path), "--plots"]) == 0
+    assert (tmp_path / "k.md").is_file() and (tmp_path / "k_wide.csv").is_file()
+    assert (tmp_path / "quality_vs_tokens.png").stat().st_size > 10_000
+
+
+def test_refresh_rewrites_only_generated_blocks(studies: Path, tmp_path: Path) -> None:
+    doc = tmp_path / "README.md"
+    doc.write_text(
+        "# Title\nhand-written\n<!-- BEGIN table:k -->\nSTALE\n<!-- END table:k -->\n"
+        "<!-- BEGIN table:branching -->\nSTALE\n<!-- END table:branching -->\n"
+        "<!-- BEGIN plot:quality_vs_tokens -->\n<!-- END plot:quality_vs_tokens -->\ntail\n"
+    )
+    written = refresh.refresh(studies, tmp_path / "exp", [doc])
+    text = doc.read_text()
+    assert text.startswith("# Title\nhand-written\n") and text.endswith("tail\n") and "STALE" not in text
+    assert "| canopy | 2 |" in text  # the k table
+    assert "_No runs yet for `branching`" in text
+    assert "![quality_vs_tokens](exp/img/quality_vs_tokens.png)" in text
+    assert written["plot:quality_vs_tokens"].is_file()
+    refresh.refresh(studies, tmp_path / "exp", [doc])
+    assert doc.read_text() == text  # idempotent
+
+
+def test_fmt_percent_and_missing() -> None:
+    assert tables.fmt("f1", 0.4567) == "45.7"
+    assert tables.fmt("evidence_tokens", 1815.6) == "1816"
+    assert tables.fmt("llm_calls", 2.75) == "2.75"
+    assert tables.fmt("em", None) == "" and tables.fmt("em", math.nan) == ""
+
+
+def test_training_run_folders_stay_out_of_qa_tables(tmp_path: Path) -> None:
+    train = tmp_path / "train"
+    (train / ".hydra").mkdir(parents=True)
+    (train / "metrics.json").write_text(json.dumps({"val/decision_accuracy": 0.55, "train/loss": 0.3}))
+    (train / ".hydra" / "config.yaml").write_text("task_name: train\n")
+    make_qa_run(tmp_path / "qa", "hotpotqa", 2, method="vanilla", refine="keep_whole", max_rounds=1)
+    runs = find_runs([tmp_path])
+    assert sorted(r.mode for r in runs) == ["qa", "train"]
+    assert [r["method"] for r in qa_rows(runs)] == ["vanilla"]
+    assert "val/decision_accuracy" in render_study("runs", runs)  # listed apart, as it is
