@@ -266,7 +266,7 @@ class CarvePipeline:
 
 
 def _setting(meta: dict[str, Any]) -> str:
-    keys = ("clips", "frames", "visual_embedder", "summariser", "reranker", "normalisation", "k", "pool_k", "scope")
+    keys = ("clips", "clip_seconds", "frame_interval", "frames", "visual_embedder", "summariser", "reranker", "normalisation", "k", "pool_k", "scope")
     return "Setting: " + "; ".join(f"{k} = {meta[k]}" for k in keys if k in meta)
 
 

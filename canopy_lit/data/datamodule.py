@@ -165,9 +165,9 @@ class PreferenceDataModule(L.LightningDataModule):
     """Instances (q, v, P(v)) from the configured benchmarks, split by ``split_questions``.
 
     Args:
-        benchmarks: name -> options for ``canopy_lit.data.load_benchmark`` (``None`` = defaults). Extra
-            option keys ``max_questions`` (int or {split: int}) cap the questions per split, taken in
-            the split's deterministic order after a seeded shuffle.
+        benchmarks: names (or name -> options) of the benchmarks to train on.
+        options: name -> options for ``canopy_lit.data.load_benchmark`` (``path``, reader options), plus
+            ``max_questions`` (int or {split: int}): a seeded random subset of each split's questions.
         branching: tree branching factor B.
         batch_size: instances per batch (paper: 16).
         num_workers, pin_memory, persistent_workers: DataLoader knobs.
@@ -178,6 +178,7 @@ class PreferenceDataModule(L.LightningDataModule):
     def __init__(
         self,
         benchmarks: Mapping[str, Mapping[str, Any] | None] | Sequence[str] = ("hotpotqa",),
+        options: Mapping[str, Mapping[str, Any] | None] | None = None,
         branching: int = 2,
         batch_size: int = 16,
         num_workers: int = 0,

@@ -170,7 +170,12 @@ class NodeEncoder(ABC, nn.Module):
                     f"{path}: adapter was trained on backbone {meta.get('backbone')!r} "
                     f"({meta.get('backbone_hash')}), this encoder is {self.name!r} ({self._backbone_hash})"
                 )
+        for p in self.model.parameters():  # the backbone never trains; the adapter only when asked
+            p.requires_grad_(False)
         self.model = PeftModel.from_pretrained(self.model, str(path), is_trainable=trainable)
+        if not trainable:
+            for p in self.model.parameters():
+                p.requires_grad_(False)
 
     def save_adapter(self, path: str | Path) -> Path:
         """Save the peft adapter only (no backbone weights) plus ``encoder_fingerprint.json``."""
@@ -204,11 +209,17 @@ class NodeEncoder(ABC, nn.Module):
     @contextlib.contextmanager
     def adapter_disabled(self) -> Iterator[None]:
         """f0: the backbone without the adapter (a no-op when there is no adapter)."""
-        if self.has_adapter:
+        if not self.has_adapter:
+            yield
+            return
+        # peft re-marks the adapter trainable when it re-enables it: keep the caller's flags.
+        flags = [(p, p.requires_grad) for p in self.model.parameters()]
+        try:
             with self.model.disable_adapter():
                 yield
-        else:
-            yield
+        finally:
+            for p, flag in flags:
+                p.requires_grad_(flag)
 
     # ----------------------------------------------------------------- inference
     @torch.no_grad()

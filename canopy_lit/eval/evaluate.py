@@ -126,6 +126,10 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         metrics = evaluate_retrieval(cfg, out_dir=out_dir)
     elif mode == "probe":
         metrics = run_probe(cfg, out_dir)
+    elif mode == "qa" and cfg.method.name == "carve":
+        from canopy_lit.carve import evaluate_carve  # CARVE has its own two-stage video pipeline
+
+        metrics = evaluate_carve(cfg)
     elif mode == "qa":
         metrics = run_qa(cfg, out_dir)
     else:

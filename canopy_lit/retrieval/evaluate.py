@@ -78,8 +78,8 @@ def evaluate_retrieval(
 
     Called either with a Hydra config (``cfg.retrieval`` = the retrieval group, ``cfg.encoder`` =
     the encoder group or absent for MiniLM f0, optional ``cfg.retrieval_eval`` {benchmarks, ks, split}
-    and ``cfg.limit``) or with explicit
-    keyword arguments. Keys: ``retrieval/<benchmark>/recall@k``, ``.../recall_all@k``,
+    and ``cfg.limit``; ``retrieval.routing=true`` builds an LLM router from ``cfg.llm``) or with
+    explicit keyword arguments. Keys: ``retrieval/<benchmark>/recall@k``, ``.../recall_all@k``,
     ``.../questions``, plus ``retrieval/corpus_size``, ``retrieval/build_seconds``,
     ``retrieval/query_ms``.
     """
@@ -104,6 +104,12 @@ def evaluate_retrieval(
             except Exception:  # no Hydra runtime (called from a script): write nothing
                 out_dir = None
         retriever_options = {**rc, **retriever_options}
+        if retriever_options.get("routing") and retriever_options.get("router") is None and cfg.get("llm") is not None:
+            from hydra.utils import instantiate
+
+            from canopy_lit.retrieval.router import LLMModalityRouter
+
+            retriever_options["router"] = LLMModalityRouter(instantiate(cfg.llm))
         if encoder is None and cfg.get("encoder") is not None:
             from canopy_lit.encoders import load_encoder
 

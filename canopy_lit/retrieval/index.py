@@ -211,6 +211,8 @@ class FaissIndex:
             if g not in self.parts:
                 raise KeyError(f"no index partition {g!r}; have {self.groups}")
         excl = self._per_query_exclude(exclude, len(q))
+        if k <= 0:
+            return SearchResult([[] for _ in q], [[] for _ in q])
         n_total = sum(len(self.part_ids[g]) for g in names)
         out_ids: list[list[str]] = []
         out_scores: list[list[float]] = []

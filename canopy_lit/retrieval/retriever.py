@@ -80,6 +80,10 @@ class FaissRetriever:
     exclude_seen: bool = False
     stats: dict[str, float] = field(default_factory=lambda: {"queries": 0, "seconds": 0.0})
 
+    def __post_init__(self) -> None:
+        if self.router is not None and hasattr(self.router, "restrict"):
+            self.router.restrict(self.index.groups)  # never offer the LLM a modality the corpus lacks
+
     def retrieve(self, query: str, k: int | None = None, exclude: Collection[str] = ()) -> Retrieval:
         """Top-k items for ``query``; ids in ``exclude`` are never returned (k are still returned if possible)."""
         return self.retrieve_batch([query], k, [exclude])[0]

@@ -35,6 +35,16 @@ class LLMModalityRouter:
         self._seen: dict[str, list[str]] = {}
         self.calls = 0
 
+    def restrict(self, groups: Sequence[str]) -> None:
+        """Offer the LLM only the partitions an index holds (called by ``FaissRetriever``)."""
+        keep = tuple(m for m in self.modalities if m in set(groups))
+        if keep and keep != self.modalities and hasattr(self.router, "llm"):
+            from canopy_lit.llm.roles import ModalityRouter
+
+            self.router = ModalityRouter(self.router.llm, keep)
+            self.modalities = keep
+            self._seen.clear()
+
     def route(self, query: str) -> list[str]:
         """The chosen partition(s) for ``query`` (one modality; the LLM layer falls back to the first)."""
         if self.cache and query in self._seen:

@@ -52,6 +52,11 @@ class NodeEncoderModule(L.LightningModule):
         benchmarks: Sequence[str] | None = None,
     ) -> None:
         super().__init__()
+        # Plain lists (not OmegaConf ListConfig) so checkpoints load with torch.load(weights_only=True).
+        betas = [float(b) for b in betas]
+        lora_target_modules = [str(m) for m in lora_target_modules] if lora_target_modules is not None else None
+        lora_layers = [int(i) for i in lora_layers] if lora_layers is not None else None
+        benchmarks = [str(b) for b in benchmarks] if benchmarks else None
         self.save_hyperparameters(ignore=["encoder"])
         self.hparams["encoder_name"] = encoder.name
         if schedule not in {"constant", "linear", "cosine"}:
@@ -195,8 +200,9 @@ class NodeEncoderModule(L.LightningModule):
             self.f0_results = {f"val/{k}_f0": float(v) for k, v in self.val_acc_f0.compute().items()}
             self.val_acc_f0.reset()
         # f0 is logged every epoch (constant) so the csv/W&B curves carry the baseline line.
-        self.log_dict({**res, **self.f0_results}, prog_bar=False)
-        self.log("val/decision_accuracy", res["val/decision_accuracy"], prog_bar=True)
+        main = res.pop("val/decision_accuracy")
+        self.log("val/decision_accuracy", main, prog_bar=True)
+        self.log_dict({**res, **self.f0_results})
 
     def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         self._update(self.test_acc, batch, f0=False)

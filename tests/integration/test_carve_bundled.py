@@ -113,3 +113,34 @@ def test_carve_with_real_smollm2_reranker(components, bench, tmp_path):
         assert r["llm_calls"]["relevance"] == r["rerank_calls"] >= 1 and r["llm_calls"]["reader"] == 1
         assert all(0.0 <= v <= 1.0 for c in r["ranking"] for v in c["raw"].values())  # P(yes)
     assert {"carve/accuracy", "eval/em", "carve/retrieval_recall@1", "carve/top1_tiou"} <= set(metrics)
+
+
+def test_visual_winner_reaches_a_vision_reader_as_real_frames(components, bench):
+    from canopy_lit.carve import CarveReader, evidence_blocks
+    from canopy_lit.llm.base import BaseLLM, LLMResponse
+
+    class RecordingVL(BaseLLM):
+        """A canned multimodal backend that keeps what it was sent."""
+
+        def __init__(self) -> None:
+            super().__init__(multimodal=True)
+            self.sent: list = []
+
+        def _complete(self, messages, **_):
+            self.sent.append(messages)
+            return LLMResponse("a hand", 100, 2)
+
+        def count_tokens(self, text: str) -> int:
+            return len(text.split())
+
+    pipe = CarvePipeline(components.corpus, method="single:visual_clip", k=1, pool_k=1, recall_ks=(1,))
+    q = next(q for q in bench.questions if q.id == "vrb-tree-hand")
+    ranking, *_ = pipe.rank(q.text)
+    blocks = evidence_blocks(ranking, components.corpus)
+    llm = RecordingVL()
+    out = CarveReader(llm).answer(q.text, blocks)
+    parts = llm.sent[0][-1]["content"]
+    images = [p for p in parts if p["type"] == "image_url"]
+    assert out.image_parts == len(images) == len(blocks[0].frames) >= 1  # every frame of the winning clip
+    assert all(p["image_url"]["url"].startswith("data:image/jpeg;base64,") for p in images)
+    assert out.text == "a hand"

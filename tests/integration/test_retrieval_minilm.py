@@ -127,6 +127,19 @@ def test_exclude_and_routing(slice_, retriever) -> None:
     r = routed.retrieve(q, k=3)
     assert r.groups == ["table"] and [it.modality.value for it in r.items] == ["table"]
 
+    class VideoRouter:  # routes to a partition this corpus lacks: search everything instead
+        modalities = ("video",)
+
+        def route(self, query: str) -> str:
+            return "video"
+
+    from canopy_lit.retrieval.router import LLMModalityRouter
+
+    router = LLMModalityRouter(VideoRouter())
+    fallback = FaissRetriever(retriever.index, retriever.corpus, retriever.encoder, router=router)
+    assert fallback.retrieve(q, k=10).ids == top.ids and fallback.retrieve(q, k=10).groups is None
+    assert router.calls == 1  # the decision for a repeated query is cached
+
 
 def test_node_cache_with_minilm(slice_, encoder, tmp_path) -> None:
     store, questions = slice_

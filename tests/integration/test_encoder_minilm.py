@@ -1,0 +1,105 @@
+"""The real MiniLM node encoder: f0 vs fθ, adapter save/reload, deduplicated batched encoding."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from canopy_lit.encoders import FINGERPRINT_FILE, load_encoder
+
+TEXTS = [
+    "Lilu (mythology): Lilu or lilu is an Akkadian word related to Lilith.",
+    "The Alû is a demon in Babylonian mythology.",
+    "Paris is the capital of France.",
+    "The Alû is a demon in Babylonian mythology.",  # duplicate on purpose
+    "A table row | with | cells",
+]
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """MiniLM with a LoRA adapter whose weights are moved off their zero init (as after training)."""
+    torch.manual_seed(0)
+    enc = load_encoder("minilm")
+    base_nodes = enc.encode_nodes(TEXTS)
+    enc.add_adapter(r=8, alpha=16, dropout=0.05, target_modules=["query", "value"])
+    with torch.no_grad():
+        for name, p in enc.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    return enc, base_nodes
+
+
+def test_matches_sentence_transformers() -> None:
+    from sentence_transformers import SentenceTransformer
+
+    from canopy_lit.encoders.text import resolve_text_backbone
+
+    enc = load_encoder("minilm")
+    ref = SentenceTransformer(str(resolve_text_backbone("minilm")), device="cpu").encode(TEXTS, convert_to_tensor=True)
+    assert torch.allclose(enc.encode_nodes(TEXTS), ref, atol=1e-5)
+    assert enc.dim == 384 and enc.fingerprint.endswith("adapter=none")
+    assert torch.allclose(enc.encode_queries(TEXTS), enc.encode_nodes(TEXTS))  # no adapter: f0 == fθ
+
+
+def test_f0_is_backbone_and_ftheta_differs(trained) -> None:
+    enc, base_nodes = trained
+    q = enc.encode_queries(TEXTS)
+    nodes = enc.encode_nodes(TEXTS)
+    assert torch.allclose(q, base_nodes, atol=1e-6)  # f0 = adapter disabled = the frozen backbone
+    assert (nodes - base_nodes).abs().max() > 1e-3
+    assert torch.allclose(nodes.norm(dim=1), torch.ones(len(TEXTS)), atol=1e-5)
+    only_lora = all("lora_" in n for n, p in enc.model.named_parameters() if p.requires_grad)
+    assert only_lora
+
+
+def test_dedup_and_batch_order_do_not_change_results(trained, monkeypatch) -> None:
+    enc, _ = trained
+    seen: list[int] = []
+    real = enc.embed
+
+    def counting(batch):
+        seen.append(batch["input_ids"].shape[0])
+        return real(batch)
+
+    monkeypatch.setattr(enc, "embed", counting)
+    full = enc.encode_nodes(TEXTS, batch_size=2)
+    assert sum(seen) == len(set(TEXTS))  # the duplicate text is encoded once
+    assert torch.equal(full[1], full[3])
+    single = torch.cat([enc.encode_nodes([t]) for t in TEXTS])
+    assert torch.allclose(full, single, atol=1e-5)  # padding inside sorted batches changes nothing
+
+
+def test_embed_sorted_equals_embed_with_gradients(trained) -> None:
+    enc, _ = trained
+    enc.model.eval()  # no dropout, so both paths are deterministic
+    tokens = enc.tokenize(TEXTS * 4)
+    a = enc.embed(tokens)
+    b = enc.embed_sorted(tokens, chunk_size=3)
+    assert torch.allclose(a, b, atol=1e-5)
+    b.sum().backward()
+    assert any(p.grad is not None for n, p in enc.model.named_parameters() if "lora_" in n)
+    enc.model.zero_grad()
+
+
+def test_adapter_round_trip(trained, tmp_path) -> None:
+    enc, _ = trained
+    path = enc.save_adapter(tmp_path / "adapter")
+    files = {p.name for p in path.iterdir()}
+    assert {"adapter_config.json", "adapter_model.safetensors", FINGERPRINT_FILE} <= files
+    assert (path / "adapter_model.safetensors").stat().st_size < 1_000_000  # adapter only, no backbone
+    meta = json.loads((path / FINGERPRINT_FILE).read_text())
+    assert meta["fingerprint"] == enc.fingerprint and meta["adapter_hash"] != "none"
+
+    again = load_encoder("minilm", adapter=path)
+    assert again.fingerprint == enc.fingerprint
+    assert torch.allclose(again.encode_nodes(TEXTS), enc.encode_nodes(TEXTS), atol=1e-6)
+    assert torch.allclose(again.encode_queries(TEXTS), enc.encode_queries(TEXTS), atol=1e-6)
+    assert not [n for n, p in again.named_parameters() if p.requires_grad]  # loaded for inference
+
+
+def test_bad_adapter_folder_is_named(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError, match="not a peft adapter folder"):
+        load_encoder("minilm", adapter=tmp_path)

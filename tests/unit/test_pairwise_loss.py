@@ -1,0 +1,69 @@
+"""Pairwise ranking loss against hand-computed values (METHOD.md §1.2)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from canopy_lit.training.losses import PairwiseRankingLoss, pairwise_ranking_loss
+
+
+def test_single_pair_matches_hand_value() -> None:
+    # log(1 + exp(20 * (0.3 - 0.5))) = log(1 + e^-4)
+    loss = pairwise_ranking_loss(torch.tensor([[0.5]]), torch.tensor([[0.3]]))
+    assert loss.item() == pytest.approx(math.log(1 + math.exp(-4.0)), rel=1e-5)
+
+
+def test_sum_over_pairs_inside_log() -> None:
+    win = torch.tensor([[0.5, 0.2, 0.9]])
+    lose = torch.tensor([[0.3, 0.4, 0.9]])
+    expected = math.log(1 + math.exp(20 * -0.2) + math.exp(20 * 0.2) + math.exp(0.0))
+    assert pairwise_ranking_loss(win, lose).item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_scale_is_lambda() -> None:
+    loss = pairwise_ranking_loss(torch.tensor([[0.1]]), torch.tensor([[0.2]]), scale=5.0)
+    assert loss.item() == pytest.approx(math.log(1 + math.exp(0.5)), rel=1e-6)
+    assert PairwiseRankingLoss(5.0)(torch.tensor([[0.1]]), torch.tensor([[0.2]])).item() == pytest.approx(loss.item())
+
+
+def test_mask_drops_padded_pairs_and_mean_is_per_instance() -> None:
+    win = torch.tensor([[0.5, 0.0], [0.1, 0.7]])
+    lose = torch.tensor([[0.3, 9.0], [0.2, 0.2]])  # 9.0 is padding: would dominate if not masked
+    mask = torch.tensor([[True, False], [True, True]])
+    first = math.log(1 + math.exp(-4.0))
+    second = math.log(1 + math.exp(2.0) + math.exp(-10.0))
+    per = pairwise_ranking_loss(win, lose, mask, reduction="none")
+    assert per.tolist() == pytest.approx([first, second], rel=1e-5)
+    assert pairwise_ranking_loss(win, lose, mask).item() == pytest.approx((first + second) / 2, rel=1e-5)
+    assert pairwise_ranking_loss(win, lose, mask, reduction="sum").item() == pytest.approx(first + second, rel=1e-5)
+
+
+def test_instance_without_pairs_costs_nothing() -> None:
+    per = pairwise_ranking_loss(torch.zeros(1, 3), torch.ones(1, 3), torch.zeros(1, 3, dtype=torch.bool), reduction="none")
+    assert per.item() == 0.0
+
+
+def test_stable_for_large_margins_with_finite_gradients() -> None:
+    win = torch.tensor([[-1.0, 1.0]], requires_grad=True)
+    lose = torch.tensor([[1.0, -1.0]], requires_grad=True)
+    loss = pairwise_ranking_loss(win, lose, scale=1000.0)  # exp(2000) overflows a naive sum
+    assert loss.item() == pytest.approx(2000.0, rel=1e-6)
+    loss.backward()
+    assert torch.isfinite(win.grad).all() and win.grad[0, 0].item() == pytest.approx(-1000.0)
+
+
+def test_gradient_pushes_winner_up() -> None:
+    win = torch.tensor([[0.2]], requires_grad=True)
+    lose = torch.tensor([[0.4]], requires_grad=True)
+    pairwise_ranking_loss(win, lose).backward()
+    assert win.grad.item() < 0 < lose.grad.item()
+
+
+def test_bad_shapes_are_rejected() -> None:
+    with pytest.raises(ValueError, match="score tensors"):
+        pairwise_ranking_loss(torch.zeros(3), torch.zeros(3))
+    with pytest.raises(ValueError, match="reduction"):
+        pairwise_ranking_loss(torch.zeros(1, 1), torch.zeros(1, 1), reduction="max")

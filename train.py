@@ -1,0 +1,101 @@
+"""Train the shared LoRA node encoder (METHOD.md §1.2).
+
+    python train.py experiment=quickstart hydra.run.dir=DIR     # CPU, MiniLM, bundled data
+    python train.py experiment=shared_lora                      # paper recipe, Qwen3-VL-Embedding-2B, DDP
+    python train.py ... ckpt_path=last                          # resume DIR/checkpoints/last.ckpt
+
+Writes DIR/adapter/ (peft adapter + encoder fingerprint), DIR/metrics.json, DIR/checkpoints/.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import hydra
+import lightning as L
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger("train")
+
+
+def _resolve_ckpt(ckpt_path: str | None, out_dir: Path) -> str | None:
+    if ckpt_path in (None, "", "null"):
+        return None
+    if ckpt_path == "last":
+        last = out_dir / "checkpoints" / "last.ckpt"
+        return str(last) if last.is_file() else None
+    if not Path(ckpt_path).is_file():
+        raise FileNotFoundError(f"ckpt_path={ckpt_path}: no such checkpoint")
+    return ckpt_path
+
+
+def _summary(metrics: dict[str, float], benchmarks: list[str]) -> None:
+    """A short table: decision accuracy of f0 and fθ per benchmark on the test split."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="refinement-decision accuracy (test split)")
+    for col in ("benchmark", "instances", "f0", "fθ", "Δ (points)"):
+        table.add_column(col, justify="right" if col != "benchmark" else "left")
+    for name, prefix in [(b, f"test/{b}/") for b in benchmarks] + [("all", "test/")]:
+        ft, f0 = metrics.get(f"{prefix}decision_accuracy"), metrics.get(f"{prefix}decision_accuracy_f0")
+        if ft is None or f0 is None:
+            continue
+        n = metrics.get(f"{prefix}n", float("nan"))
+        table.add_row(name, f"{n:.0f}", f"{100 * f0:.1f}", f"{100 * ft:.1f}", f"{100 * (ft - f0):+.1f}")
+    Console().print(table)
+
+
+def train(cfg: DictConfig) -> dict[str, float]:
+    """Fit, test on the held-out split, save the adapter and metrics.json; returns the flat metrics."""
+    start = time.time()
+    out_dir = Path(cfg.paths.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.get("threads"):
+        torch.set_num_threads(int(cfg.threads))
+    L.seed_everything(cfg.seed, workers=True)
+
+    log.info("encoder <%s>", cfg.encoder.backbone)
+    encoder = instantiate(cfg.encoder)
+    model = instantiate(cfg.model, encoder=encoder, _convert_="all")
+    datamodule = instantiate(cfg.datamodule, _convert_="all")
+    datamodule.set_tokenizer(encoder.tokenize)
+    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c and "_target_" in c]
+    loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values() if c and "_target_" in c]
+    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    for lg in loggers:
+        lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+
+    trainer.fit(model, datamodule=datamodule, ckpt_path=_resolve_ckpt(cfg.get("ckpt_path"), out_dir))
+    metrics: dict[str, float] = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
+    metrics.update(model.f0_results)
+
+    if cfg.get("test") and not trainer.interrupted:
+        best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+        # Test (and save) the best validation adapter; fast_dev_run / no checkpointing uses the last weights.
+        trainer.test(model, datamodule=datamodule, ckpt_path=best or None, verbose=False)
+        metrics.update(model.test_results)
+    metrics["train/seconds"] = time.time() - start
+    if trainer.is_global_zero:
+        encoder.save_adapter(out_dir / "adapter")
+        (out_dir / "metrics.json").write_text(json.dumps(dict(sorted(metrics.items())), indent=2) + "\n")
+        _summary(metrics, list(datamodule.benchmark_names))
+        log.info("run dir %s (%.0f s)", out_dir, metrics["train/seconds"])
+    return metrics
+
+
+@hydra.main(version_base="1.3", config_path="configs", config_name="train")
+def main(cfg: DictConfig) -> Any:
+    metrics = train(cfg)
+    # The value Hydra sweepers optimise.
+    return metrics.get("test/decision_accuracy", metrics.get("val/decision_accuracy"))
+
+
+if __name__ == "__main__":
+    main()
