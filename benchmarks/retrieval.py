@@ -77,7 +77,7 @@ def faiss_vs_raw(quick: bool = False) -> dict[str, Any]:
 
     from canopy_lit.retrieval.index import FaissIndex, normalize
 
-    n = 5_000 if quick else 50_000
+    n = 10_000 if quick else 50_000
     ids, x, groups, source = _corpus_vectors(n)
     rng = np.random.default_rng(1)
     nq = 200 if quick else 1000
@@ -95,7 +95,7 @@ def faiss_vs_raw(quick: bool = False) -> dict[str, Any]:
     threads = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)
     try:
-        t_ours, t_raw = interleaved(lambda: ours.search(q, 10), lambda: raw.search(q, 10), 5 if quick else 7)
+        t_ours, t_raw = interleaved(lambda: ours.search(q, 10), lambda: raw.search(q, 10), 9)
     finally:
         faiss.omp_set_num_threads(threads)
     out = _entry(nq / t_ours, nq / t_raw, 0.9, "queries/s")
@@ -175,7 +175,12 @@ def encode_vs_raw(quick: bool = False, batch_size: int = 32) -> dict[str, Any]:
     return _entry(len(texts) / t_ours, len(texts) / t_raw, 0.9, "texts/s")
 
 
-def index_costs(quick: bool = False, dims: tuple[int, ...] = (384, 2048), threads: int = 1) -> dict[str, Any]:
+def index_costs(
+    quick: bool = False,
+    dims: tuple[int, ...] = (384, 2048),
+    kinds: tuple[str, ...] = ("flat", "flat_sq_fp16", "ivfpq"),
+    threads: int = 1,
+) -> dict[str, Any]:
     """Descriptive (no target): build time, bytes/vector and search latency per index kind and size.
 
     Random unit vectors (timing only; IVF-PQ recall on real embeddings is measured separately).
@@ -196,7 +201,7 @@ def index_costs(quick: bool = False, dims: tuple[int, ...] = (384, 2048), thread
             for n in sizes if d <= 512 else sizes[:1]:
                 x = rng.standard_normal((n, d)).astype(np.float32)
                 ids = [str(i) for i in range(n)]
-                for kind in ("flat", "flat_sq_fp16", "ivfpq"):
+                for kind in kinds:
                     opts = {"nlist": 1024, "pq_m": 64 if d % 64 == 0 else 48, "nprobe": 32} if kind == "ivfpq" else {}
                     t0 = time.perf_counter()
                     index = FaissIndex.build(ids, x, kind=kind, **opts)

@@ -35,7 +35,9 @@ AnswerFn = Callable[[Question], QuestionRecord]
 
 
 def failed_record(q: Question, err: BaseException) -> dict[str, Any]:
+    """A failed question scores 0 on its benchmark's metrics (so they exist even if every question failed)."""
     rec = QuestionRecord(q.id, q.text, list(q.answers), q.benchmark, status="failed", error=f"{type(err).__name__}: {err}")
+    rec.scores = {"accuracy": 0.0} if q.choices else {"em": 0.0, "f1": 0.0}
     return rec.to_dict()
 
 

@@ -243,6 +243,10 @@ class FaissIndex:
         # With exact search, at most |exclude| of the top k+|exclude| are excluded, so one fetch
         # usually suffices; approximate indexes (or -1 padding) may need the fetch to grow.
         fetch = min(n_total, k + max((len(e) for e in excl), default=0))
+        if fetch == min(n_total, k):  # nothing excluded: no per-candidate filtering needed
+            cand_s, cand_i = self._raw_topn(q, fetch, names)
+            if not (cand_i == None).any():  # noqa: E711 (elementwise test on an object array)
+                return cand_i.tolist(), cand_s.astype(np.float64).tolist()
         pending = list(range(len(q)))
         res_ids: list[list[str]] = [[] for _ in q]
         res_scores: list[list[float]] = [[] for _ in q]

@@ -22,8 +22,9 @@ class NodeEncoderModule(L.LightningModule):
     Args:
         encoder: a :class:`NodeEncoder` (a fresh adapter is added unless it already has one).
         lr, weight_decay, betas: AdamW settings (paper: lr 5e-5).
-        warmup_ratio: share of steps with linear warm-up; the rate then decays linearly to
-            ``min_lr_ratio * lr`` (``schedule="constant"`` keeps it flat after warm-up).
+        warmup_ratio: share of steps with linear warm-up.
+        schedule, min_lr_ratio: after warm-up the rate stays flat (``constant``) or decays
+            (``linear`` / ``cosine``) to ``min_lr_ratio * lr`` at the last step.
         lora_r, lora_alpha, lora_dropout, lora_target_modules: the adapter (paper: 8 / 16 / 0.05).
         lora_layers: transformer layers that get LoRA (None = all; top layers only = shorter backprop).
         scale: λ of the pairwise loss (paper: 20).
@@ -162,6 +163,9 @@ class NodeEncoderModule(L.LightningModule):
 
     # ----------------------------------------------------------------- steps
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        # from_pretrained leaves the backbone in eval mode and Lightning keeps submodule modes, so set
+        # them explicitly: LoRA dropout always on, the backbone's own dropout only if asked for.
+        self.encoder.model.train()
         if not self.hparams.backbone_dropout:
             for name, m in self.encoder.model.named_modules():
                 if isinstance(m, nn.Dropout) and "lora_dropout" not in name:

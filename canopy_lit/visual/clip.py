@@ -108,11 +108,20 @@ class CLIPNodeEncoder(NodeEncoder):
     def vision_tower(self) -> nn.Module:
         return self.clip.vision_model
 
-    def lora_config(self, r: int, alpha: int, dropout: float, target_modules: Sequence[str] | None) -> Any:
+    def lora_config(
+        self, r: int, alpha: int, dropout: float, target_modules: Sequence[str] | None, layers: Sequence[int] | None = None
+    ) -> Any:
         from peft import LoraConfig
 
         targets: Any = list(target_modules) if target_modules else DEFAULT_LORA_TARGETS
-        return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets)
+        return LoraConfig(
+            r=r,
+            lora_alpha=alpha,
+            lora_dropout=dropout,
+            target_modules=targets,
+            layers_to_transform=list(layers) if layers else None,
+            layers_pattern="layers" if layers else None,
+        )
 
     def add_adapter(self, *args: Any, **kwargs: Any) -> None:
         super().add_adapter(*args, **kwargs)

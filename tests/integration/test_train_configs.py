@@ -62,6 +62,7 @@ def test_sweep_file_passes_hydra_overrides() -> None:
     _compose([f"{k}={v['values'][0] if 'values' in v else v['min']}" for k, v in sweep["parameters"].items()])
 
 
+@pytest.mark.slow  # ~5 min on 2 cores: readers + f0/fθ validation and test passes over real data
 def test_quickstart_runs_into_tmp_path(tmp_path: Path) -> None:
     from train import train
 
@@ -86,6 +87,7 @@ def test_quickstart_runs_into_tmp_path(tmp_path: Path) -> None:
     assert any(k.startswith("test/hotpotqa/decision_accuracy") for k in saved)
     assert any(k.startswith("test/nq/decision_accuracy") for k in saved)
     assert saved["test/decision_accuracy"] == metrics["test/decision_accuracy"]
+    assert 0 < saved["test/n"] < 60  # max_questions caps reached the datamodule: 4 + 4 test questions
     assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
     assert (tmp_path / "adapter" / "encoder_fingerprint.json").is_file()
     assert (tmp_path / "checkpoints" / "last.ckpt").is_file()

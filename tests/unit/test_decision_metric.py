@@ -89,7 +89,7 @@ def test_collate_renders_each_node_once_and_keeps_pair_semantics(instances) -> N
     batch = PreferenceCollate()(examples)
     texts = batch["node_texts"]
     assert len(texts) == len(set(texts)) < sum(len(e.texts) for e in examples)  # shared nodes deduplicated
-    for i, (inst, ex) in enumerate(zip(instances[:16], examples, strict=True)):
+    for i, inst in enumerate(instances[:16]):
         for k, (a, b) in enumerate(inst.pairs):
             assert texts[batch["winner"][i, k]] == hier.node_text(inst.tree, a)
             assert texts[batch["loser"][i, k]] == hier.node_text(inst.tree, b)
