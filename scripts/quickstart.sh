@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-outputs/quickstart}
-N=${N:-10}
+N=${N:-8}
 
 [ "${SKIP_SETUP:-0}" = 1 ] || bash scripts/setup.sh
 # shellcheck disable=SC1091
@@ -21,8 +21,8 @@ fi
 ADAPTER=$(realpath "$OUT/train/adapter")
 
 # 2. Refinement probe on the HotpotQA dev file (no LLM): f0 vs fθ.
-python evaluate.py experiment=probe data=hotpotqa encoder.adapter=null hydra.run.dir="$OUT/probe/f0" progress=false
-python evaluate.py experiment=probe data=hotpotqa encoder.adapter="$ADAPTER" hydra.run.dir="$OUT/probe/ftheta" progress=false
+python evaluate.py experiment=probe data=hotpotqa data.split=test encoder.adapter=null hydra.run.dir="$OUT/probe/f0" progress=false
+python evaluate.py experiment=probe data=hotpotqa data.split=test encoder.adapter="$ADAPTER" hydra.run.dir="$OUT/probe/ftheta" progress=false
 
 # 3. End-to-end QA with the local Qwen2.5-1.5B as critic and reader.
 for bench in hotpotqa nq ottqa tatqa; do
@@ -35,5 +35,5 @@ for bench in hotpotqa nq ottqa tatqa; do
 done
 
 # 4. Tables (markdown + CSV) from the run folders.
-python -m canopy_lit.eval.tables "$OUT/eval" "$OUT/probe" --out "$OUT/tables"
-cat "$OUT/tables/main.md"
+python -m canopy_lit.eval.tables "$OUT/eval" "$OUT/probe" --study quickstart --out "$OUT/tables"
+cat "$OUT/tables/quickstart.md"

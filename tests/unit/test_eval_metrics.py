@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from canopy_lit.eval.metrics import bootstrap_ci, choice_accuracy, choice_letter, exact_match, f1_score, normalize_answer
+from canopy_lit.eval.metrics import (
+    bootstrap_ci,
+    choice_accuracy,
+    choice_letter,
+    exact_match,
+    f1_score,
+    normalize_answer,
+)
 from canopy_lit.eval.summary import markdown_table, summarize
 
 
