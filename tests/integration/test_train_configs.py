@@ -62,7 +62,6 @@ def test_sweep_file_passes_hydra_overrides() -> None:
     _compose([f"{k}={v['values'][0] if 'values' in v else v['min']}" for k, v in sweep["parameters"].items()])
 
 
-@pytest.mark.slow  # ~5 min on 2 cores: readers + f0/fθ validation and test passes over real data
 def test_quickstart_runs_into_tmp_path(tmp_path: Path) -> None:
     from train import train
 
