@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # sibling benchmark modules
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # a source checkout without installing
 
 import torch  # noqa: E402
 

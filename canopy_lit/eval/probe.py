@@ -69,9 +69,11 @@ class RefinementProbe:
         if not gold:
             return
         self.questions += 1
+        others = [i for i in dict.fromkeys(distractors) if i not in gold and i in items]
+        trees = {i: self.hierarchy.build(items[i]) for i in [*gold, *others]}
+        all_scores = dict(zip(trees, self.scorer.score(q, list(trees.values())), strict=True))  # one encoder call
         for iid, leaves in gold.items():
-            tree = self.hierarchy.build(items[iid])
-            scores = self.scorer.score(q, [tree])[0]
+            tree, scores = trees[iid], all_scores[iid]
             counts = gold_counts(tree, leaves)
             for v in visited_nodes(tree, leaves):
                 ok = decision_correct(tree, scores, preference_pairs(tree, v, counts))
@@ -96,11 +98,9 @@ class RefinementProbe:
                         "root_relative": float(scores[v] - scores[0]),
                     }
                 )
-        for iid in distractors:
-            if iid in gold or iid not in items:
-                continue
-            tree = self.hierarchy.build(items[iid])
-            kept = parent_relative(tree, self.scorer.score(q, [tree])[0])
+        for iid in others:
+            tree = trees[iid]
+            kept = parent_relative(tree, all_scores[iid])
             k, w = self._kept_tokens(tree, kept)
             self.distractor_tokens[0] += k
             self.distractor_tokens[1] += w

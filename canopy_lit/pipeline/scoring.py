@@ -40,10 +40,19 @@ class NodeScorer:
         """(D,) f0 query embedding."""
         return _numpy(self.encoder.encode_queries([query]))[0]
 
+    def embed_trees(self, trees: Sequence[Tree]) -> list[np.ndarray]:
+        """fθ embeddings of several trees with one encoder call (small per-tree batches waste most of it)."""
+        if self.cache is not None and hasattr(self.cache, "embed_trees"):
+            return [np.asarray(e) for e in self.cache.embed_trees(trees)]
+        texts = [self.hierarchy.node_text(t, i) for t in trees for i in range(len(t))]
+        emb = _numpy(self.encoder.encode_nodes(texts)) if texts else np.zeros((0, 0), np.float32)
+        bounds = np.cumsum([0, *(len(t) for t in trees)])
+        return [emb[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
     def score(self, query: str | np.ndarray, trees: Sequence[Tree]) -> list[np.ndarray]:
         """One (num_nodes,) cosine-score array per tree."""
         q = self.embed_query(query) if isinstance(query, str) else query
-        return [self.embed_tree(t) @ q for t in trees]
+        return [e @ q for e in self.embed_trees(trees)]
 
 
 def _numpy(x: Any) -> np.ndarray:
