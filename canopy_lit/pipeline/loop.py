@@ -117,7 +117,9 @@ class EvidenceLoop:
     def evidence_blocks(self, evidence: Sequence[Evidence]) -> list[str]:
         return [self._block(ev) for ev in evidence]
 
-    def capped_evidence(self, evidence: Sequence[Evidence]) -> tuple[list[str], int, int]:
+    def capped_evidence(
+        self, evidence: Sequence[Evidence], tokens: Sequence[int] | None = None
+    ) -> tuple[list[str], int, int]:
         """Reader evidence within the token cap, keeping the newest blocks first (METHOD.md §1.1 step 8).
 
         Returns:
@@ -125,7 +127,8 @@ class EvidenceLoop:
         """
         cap = self.settings.reader_max_tokens
         blocks = [self._block(ev) for ev in evidence]
-        tokens = [self.count_tokens(b) for b in blocks]
+        if tokens is None:  # the loop passes the counts it already took per round
+            tokens = [self.count_tokens(b) for b in blocks]
         keep: list[int] = []
         total = 0
         for i in reversed(range(len(blocks))):
@@ -194,7 +197,9 @@ class EvidenceLoop:
             if decision.stop or not decision.followup:
                 break
             query = decision.followup
-        blocks, rec.evidence_tokens, rec.truncated_items = self.capped_evidence(evidence)
+        # trace.kept was appended in step with ``evidence``: reuse its token counts (one tokenizer call per block)
+        kept_tokens = [k.kept_tokens for rd in rec.rounds for k in rd.kept]
+        blocks, rec.evidence_tokens, rec.truncated_items = self.capped_evidence(evidence, kept_tokens)
         with timer("reader"):
             rec.prediction = self.reader.answer(question, blocks)
         rec.latency_s = time.perf_counter() - t0
