@@ -10,7 +10,7 @@ plain config swaps (``refine=keep_whole``, ``refine=flat_top_m``) of the same st
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -45,6 +45,56 @@ def parent_relative(tree: Tree, scores: Sequence[float] | np.ndarray) -> list[in
     return kept
 
 
+NodeScoreFn = Callable[[Sequence[Sequence[int]]], Sequence[np.ndarray]]
+"""``score_nodes(requests) -> scores``: ``requests[j]`` lists node ids of tree j; one (len,) array per tree."""
+
+
+def parent_relative_lazily(
+    trees: Sequence[Tree], score_nodes: NodeScoreFn, skip: Sequence[bool] | None = None
+) -> tuple[list[list[int]], list[np.ndarray]]:
+    """Algorithm 1 scoring only the nodes it reads, one tree level at a time across all trees.
+
+    The refinement reads s(v) and s(children of v) only where it descends, so the subtree under
+    a kept node is never encoded. Scoring level by level keeps encoder batches large: one
+    ``score_nodes`` call per tree level (<= depth + 1 calls), every tree of the round in each call.
+    The result is identical to ``parent_relative`` on full scores (tested).
+
+    Args:
+        trees: the round's region trees.
+        score_nodes: batched scorer of requested node ids (see ``NodeScoreFn``).
+        skip: trees to keep whole without scoring (e.g. tables of aggregation questions).
+
+    Returns:
+        (kept node ids per tree in leaf order, scores per tree with NaN where a node was never scored)
+    """
+    skip = skip or [False] * len(trees)
+    scores = [np.full(len(t), np.nan, dtype=np.float32) for t in trees]
+    kept: list[list[int]] = [[0] if s else [] for s in skip]
+    expand: list[list[int]] = [[] if s else [0] for s in skip]  # nodes whose children are compared next
+    while any(expand):
+        # The nodes to expand (only roots are unscored here) and all their children, in one request.
+        requests = [
+            [u for u in ex if np.isnan(s[u])] + [c for u in ex for c in t.children[u]]
+            for t, s, ex in zip(trees, scores, expand, strict=True)
+        ]
+        for j, got in enumerate(score_nodes(requests)):
+            scores[j][requests[j]] = np.asarray(got, dtype=np.float32)
+        nxt: list[list[int]] = []
+        for t, s, ex, out in zip(trees, scores, expand, kept, strict=True):
+            deeper = []
+            for v in ex:
+                up = [c for c in t.children[v] if s[c] >= s[v]]
+                if up:
+                    deeper.extend(up)
+                else:
+                    out.append(v)
+            nxt.append(deeper)
+        expand = nxt
+    for t, out in zip(trees, kept, strict=True):
+        out.sort(key=lambda v: int(t.starts[v]))
+    return kept, scores
+
+
 def keep_whole(tree: Tree) -> list[int]:
     """The root only ("w/o projection")."""
     return [0]
@@ -64,16 +114,30 @@ class Refiner(Protocol):
 
 
 class ParentRelativeRefiner:
-    """CANOPY's refiner. Tables of aggregation questions (``aggregation[j]``) are kept whole."""
+    """CANOPY's refiner. Tables of aggregation questions (``aggregation[j]``) are kept whole.
+
+    Args:
+        lazy: let the pipeline score only the nodes the refinement reads (``refine_lazily``);
+            same decisions, fewer node encodings when nothing is cached. False = score every node.
+    """
 
     name = "parent_relative"
     needs_scores = True
+
+    def __init__(self, lazy: bool = True) -> None:
+        self.lazy = lazy
 
     def __call__(
         self, trees: Sequence[Tree], scores: Sequence[np.ndarray], aggregation: Sequence[bool] | None = None
     ) -> list[list[int]]:
         agg = aggregation or [False] * len(trees)
         return [[0] if a else parent_relative(t, s) for t, s, a in zip(trees, scores, agg, strict=True)]
+
+    def refine_lazily(
+        self, trees: Sequence[Tree], score_nodes: NodeScoreFn, aggregation: Sequence[bool] | None = None
+    ) -> list[list[int]]:
+        """Same decisions as ``__call__``, encoding only the nodes the refinement reads."""
+        return parent_relative_lazily(trees, score_nodes, aggregation)[0]
 
 
 class KeepWholeRefiner:
@@ -83,7 +147,10 @@ class KeepWholeRefiner:
     needs_scores = False
 
     def __call__(
-        self, trees: Sequence[Tree], scores: Sequence[np.ndarray] | None = None, aggregation: Sequence[bool] | None = None
+        self,
+        trees: Sequence[Tree],
+        scores: Sequence[np.ndarray] | None = None,
+        aggregation: Sequence[bool] | None = None,
     ) -> list[list[int]]:
         return [[0] for _ in trees]
 
@@ -118,4 +185,7 @@ class FlatTopMRefiner:
         chosen: list[list[int]] = [[] for _ in trees]
         for _, j, k in cand[: self.m]:
             chosen[j].append(int(per_tree[j][k]))
-        return [[0] if a else sorted(c, key=lambda i: int(trees[j].starts[i])) for j, (c, a) in enumerate(zip(chosen, agg))]
+        return [
+            [0] if a else sorted(c, key=lambda i: int(trees[j].starts[i]))
+            for j, (c, a) in enumerate(zip(chosen, agg))
+        ]

@@ -7,7 +7,9 @@ refined; we measure
 - ``probe/gold_recall``: share of gold leaves inside the retained nodes;
 - ``probe/pruned_share``: share of gold items from which refinement removes something;
 - ``probe/kept_token_ratio``: kept / whole-item tokens on gold items, and
-  ``probe/distractor_kept_token_ratio`` the same on the question's non-gold candidates.
+  ``probe/distractor_kept_token_ratio`` the same on the question's non-gold candidates;
+- ``probe/encoded_node_share``: nodes sent to the encoder / nodes in all trees (gold trees are
+  scored in full, distractors only where the refinement reads).
 
 Tokens here are whitespace tokens of the rendered evidence (no reader involved), so
 ratios are comparable across encoders.
@@ -23,7 +25,7 @@ import numpy as np
 
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.pipeline.scoring import NodeScorer
-from canopy_lit.refine import parent_relative
+from canopy_lit.refine import parent_relative, parent_relative_lazily
 from canopy_lit.supervision import decision_correct, gold_counts, preference_pairs, visited_nodes
 from canopy_lit.types import Item, Question, Tree
 
@@ -55,6 +57,8 @@ class RefinementProbe:
         self.distractor_tokens = [0, 0]
         self.questions = 0
         self.node_rows: list[dict[str, Any]] = []  # per-node scores for plots
+        self.nodes_encoded = 0  # nodes sent to the encoder (distractor trees are scored lazily)
+        self.nodes_in_trees = 0
 
     def _kept_tokens(self, tree: Tree, kept: Sequence[int]) -> tuple[int, int]:
         return (
@@ -71,7 +75,18 @@ class RefinementProbe:
         self.questions += 1
         others = [i for i in dict.fromkeys(distractors) if i not in gold and i in items]
         trees = {i: self.hierarchy.build(items[i]) for i in [*gold, *others]}
-        all_scores = dict(zip(trees, self.scorer.score(q, list(trees.values())), strict=True))  # one encoder call
+        # Gold trees: every node (decisions, per-node score rows); one encoder call for all of them.
+        all_scores = dict(zip(gold, self.scorer.score(q, [trees[i] for i in gold]), strict=True))
+        # Distractors only need their refinement: encode just the nodes it reads.
+        other_trees = [trees[i] for i in others]
+
+        def score_others(requests: Sequence[Sequence[int]]) -> list[np.ndarray]:
+            self.nodes_encoded += sum(len(r) for r in requests)
+            return self.scorer.score(q, other_trees, requests)
+
+        other_kept = parent_relative_lazily(other_trees, score_others)[0]
+        self.nodes_encoded += sum(len(trees[i]) for i in gold)
+        self.nodes_in_trees += sum(len(t) for t in trees.values())
         for iid, leaves in gold.items():
             tree, scores = trees[iid], all_scores[iid]
             counts = gold_counts(tree, leaves)
@@ -98,9 +113,7 @@ class RefinementProbe:
                         "root_relative": float(scores[v] - scores[0]),
                     }
                 )
-        for iid in others:
-            tree = trees[iid]
-            kept = parent_relative(tree, all_scores[iid])
+        for tree, kept in zip(other_trees, other_kept, strict=True):
             k, w = self._kept_tokens(tree, kept)
             self.distractor_tokens[0] += k
             self.distractor_tokens[1] += w
@@ -116,6 +129,8 @@ class RefinementProbe:
             f"{prefix}/pruned_share": self.items_pruned / self.items if self.items else float("nan"),
             f"{prefix}/kept_token_ratio": self.kept_tokens[0] / self.kept_tokens[1] if self.kept_tokens[1] else float("nan"),
         }
+        if self.nodes_in_trees:
+            out[f"{prefix}/encoded_node_share"] = self.nodes_encoded / self.nodes_in_trees
         if self.distractor_tokens[1]:
             out[f"{prefix}/distractor_kept_token_ratio"] = self.distractor_tokens[0] / self.distractor_tokens[1]
         for depth, ds in sorted(self.decisions.items()):

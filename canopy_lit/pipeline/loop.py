@@ -21,11 +21,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
+
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.pipeline.scoring import NodeScorer
 from canopy_lit.pipeline.trace import KeptItem, QuestionRecord, RoundTrace, StageTimer
 from canopy_lit.refine import Refiner
-from canopy_lit.types import Evidence, Item, Modality, Question
+from canopy_lit.types import Evidence, Item, Modality, Question, Tree
 
 TokenCounter = Callable[[str], int]
 
@@ -48,7 +50,9 @@ class Controller(Protocol):
 
     ``evidence`` holds one rendered block per held item, oldest first (stable prompt prefix)."""
 
-    def step(self, question: Question, evidence: list[str], round: int, history: list[dict[str, Any]]) -> Decision: ...
+    def step(
+        self, question: Question, evidence: list[str], round: int, history: list[dict[str, Any]]
+    ) -> Decision: ...
 
 
 class Reader(Protocol):
@@ -108,11 +112,37 @@ class EvidenceLoop:
         self.aggregation = aggregation
         self.settings = settings or LoopSettings()
         if getattr(refiner, "needs_scores", False) and scorer is None:
-            raise ValueError(f"refiner {type(refiner).__name__} needs node scores but no scorer/encoder is configured")
+            raise ValueError(
+                f"refiner {type(refiner).__name__} needs node scores but no scorer/encoder is configured"
+            )
 
     # -- evidence text -------------------------------------------------------------------------
     def _block(self, ev: Evidence) -> str:
         return self.hierarchy.evidence_text(ev.tree, ev.node_ids)
+
+    def _refine(self, query: str, trees: list[Tree], flags: list[bool], timer: StageTimer) -> list[list[int]]:
+        """Kept node ids per tree; encoder time goes to the ``encode`` stage, the rest to ``refine``."""
+        if not getattr(self.refiner, "needs_scores", False):
+            with timer("refine"):
+                return self.refiner(trees, None, flags)
+        assert self.scorer is not None
+        with timer("encode"):
+            q = self.scorer.embed_query(query)
+        if getattr(self.refiner, "lazy", False):
+
+            def score_nodes(requests: Sequence[Sequence[int]]) -> list[np.ndarray]:
+                with timer("encode"):
+                    return self.scorer.score(q, trees, requests)
+
+            t0 = timer.seconds["encode"]
+            start = time.perf_counter()
+            kept = self.refiner.refine_lazily(trees, score_nodes, flags)
+            timer.seconds["refine"] += time.perf_counter() - start - (timer.seconds["encode"] - t0)
+            return kept
+        with timer("encode"):
+            scores = self.scorer.score(q, trees)
+        with timer("refine"):
+            return self.refiner(trees, scores, flags)
 
     def evidence_blocks(self, evidence: Sequence[Evidence]) -> list[str]:
         return [self._block(ev) for ev in evidence]
@@ -159,19 +189,16 @@ class EvidenceLoop:
             with timer("trees"):
                 trees = [self.hierarchy.build(it) for it in new]
             flags = [False] * len(trees)
-            if s.aggregation_check and self.aggregation is not None and any(
-                t.item.modality == Modality.TABLE for t in trees
+            if (
+                s.aggregation_check
+                and self.aggregation is not None
+                and any(t.item.modality == Modality.TABLE for t in trees)
             ):
                 if aggregation is None:  # classified once per question, from the question alone
                     with timer("aggregation"):
                         aggregation = bool(self.aggregation.is_aggregation(question))
                 flags = [aggregation and t.item.modality == Modality.TABLE for t in trees]
-            scores = None
-            if getattr(self.refiner, "needs_scores", False) and trees:
-                with timer("encode"):
-                    scores = self.scorer.score(query, trees)
-            with timer("refine"):
-                kept = self.refiner(trees, scores, flags) if trees else []
+            kept = self._refine(query, trees, flags, timer) if trees else []
             for tree, ids, flag in zip(trees, kept, flags, strict=True):
                 ev = Evidence(tree, ids, r)
                 evidence.append(ev)

@@ -40,19 +40,32 @@ class NodeScorer:
         """(D,) f0 query embedding."""
         return _numpy(self.encoder.encode_queries([query]))[0]
 
-    def embed_trees(self, trees: Sequence[Tree]) -> list[np.ndarray]:
-        """fθ embeddings of several trees with one encoder call (small per-tree batches waste most of it)."""
+    def embed_trees(
+        self, trees: Sequence[Tree], nodes: Sequence[Sequence[int]] | None = None
+    ) -> list[np.ndarray]:
+        """fθ embeddings of several trees with one encoder call (small per-tree batches waste most of it).
+
+        Args:
+            trees: region trees.
+            nodes: node ids per tree (None = every node).
+
+        Returns:
+            One (n_j, D) array per tree, rows in the order of ``nodes[j]`` (node-id order when None).
+        """
+        ids = [range(len(t)) for t in trees] if nodes is None else nodes
         if self.cache is not None and hasattr(self.cache, "embed_trees"):
-            return [np.asarray(e) for e in self.cache.embed_trees(trees)]
-        texts = [self.hierarchy.node_text(t, i) for t in trees for i in range(len(t))]
+            return [np.asarray(e) for e in self.cache.embed_trees(trees, None if nodes is None else nodes)]
+        texts = [self.hierarchy.node_text(t, int(i)) for t, ii in zip(trees, ids, strict=True) for i in ii]
         emb = _numpy(self.encoder.encode_nodes(texts)) if texts else np.zeros((0, 0), np.float32)
-        bounds = np.cumsum([0, *(len(t) for t in trees)])
+        bounds = np.cumsum([0, *(len(ii) for ii in ids)])
         return [emb[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
-    def score(self, query: str | np.ndarray, trees: Sequence[Tree]) -> list[np.ndarray]:
-        """One (num_nodes,) cosine-score array per tree."""
+    def score(
+        self, query: str | np.ndarray, trees: Sequence[Tree], nodes: Sequence[Sequence[int]] | None = None
+    ) -> list[np.ndarray]:
+        """One cosine-score array per tree: (num_nodes,), or (len(nodes[j]),) for the requested nodes."""
         q = self.embed_query(query) if isinstance(query, str) else query
-        return [e @ q for e in self.embed_trees(trees)]
+        return [e @ q if len(e) else np.zeros(0, np.float32) for e in self.embed_trees(trees, nodes)]
 
 
 def _numpy(x: Any) -> np.ndarray:

@@ -126,7 +126,12 @@ class NodeEmbeddingCache:
         return len(self._mem)
 
     def stats(self) -> dict[str, int]:
-        return {"hits": self.hits, "disk_hits": self.disk_hits, "misses": self.misses, "memory": len(self._mem)}
+        return {
+            "hits": self.hits,
+            "disk_hits": self.disk_hits,
+            "misses": self.misses,
+            "memory": len(self._mem),
+        }
 
     # ------------------------------------------------------------------ tiers
     def _mem_get(self, fp: str, key: Key) -> np.ndarray | None:
@@ -176,14 +181,25 @@ class NodeEmbeddingCache:
         """(num_nodes, D) float32 fθ embeddings of every node of ``tree``, in node-id order."""
         return self.embed_trees([tree])[0]
 
-    def embed_trees(self, trees: Sequence[Tree]) -> list[np.ndarray]:
-        """Embeddings of several trees; all misses go to the encoder in one batched call."""
+    def embed_trees(
+        self, trees: Sequence[Tree], nodes: Sequence[Sequence[int]] | None = None
+    ) -> list[np.ndarray]:
+        """Embeddings of several trees; all misses go to the encoder in one batched call.
+
+        Args:
+            trees: region trees.
+            nodes: node ids per tree to embed (None = every node).
+
+        Returns:
+            One (len(nodes[j]) or num_nodes, D) float32 array per tree, rows in request order.
+        """
         fp = self.fingerprint
+        ids_per_tree = [range(len(t)) if nodes is None else nodes[j] for j, t in enumerate(trees)]
         keys_per_tree: list[list[Key]] = []
         found: dict[Key, np.ndarray] = {}
         need_disk: list[Key] = []
-        for t in trees:
-            keys = [(t.item.id, int(s), int(e)) for s, e in zip(t.starts, t.ends, strict=True)]
+        for t, ids in zip(trees, ids_per_tree, strict=True):
+            keys = [(t.item.id, int(t.starts[i]), int(t.ends[i])) for i in ids]
             keys_per_tree.append(keys)
             for key in keys:
                 if key in found:
@@ -205,19 +221,25 @@ class NodeEmbeddingCache:
             self.misses += len(misses)
             # Render each missing node once, from the tree it was asked for.
             where: dict[Key, tuple[Tree, int]] = {}
-            for t, keys in zip(trees, keys_per_tree, strict=True):
-                for node_id, key in enumerate(keys):
-                    where.setdefault(key, (t, node_id))
+            for t, ids, keys in zip(trees, ids_per_tree, keys_per_tree, strict=True):
+                for node_id, key in zip(ids, keys, strict=True):
+                    where.setdefault(key, (t, int(node_id)))
             inputs = [self.hierarchy.node_input(*where[k]) for k in misses]
             emb = self.encoder.encode_nodes(inputs, batch_size=self.batch_size)
-            emb = np.asarray(emb.detach().cpu().float().numpy() if hasattr(emb, "detach") else emb, np.float32)
+            emb = np.asarray(
+                emb.detach().cpu().float().numpy() if hasattr(emb, "detach") else emb, np.float32
+            )
             emb = emb.astype(self.dtype).astype(np.float32)
             new = dict(zip(misses, emb, strict=True))
             self._disk_put(fp, new)
             for key, v in new.items():
                 found[key] = v
                 self._mem_put(fp, key, v)
-        return [np.stack([found[k] for k in keys]) for keys in keys_per_tree]
+        dim = self.encoder.dim
+        return [
+            np.stack([found[k] for k in keys]) if keys else np.zeros((0, dim), np.float32)
+            for keys in keys_per_tree
+        ]
 
     def precompute(self, items: Iterable[Item], chunk: int = 256) -> int:
         """Encode every node of every item's tree into the disk tier (online scoring becomes lookups).

@@ -64,12 +64,14 @@ class WordOverlapScorer:
     def embed_query(self, query: str) -> frozenset[str]:
         return frozenset(words(query, self.stop))
 
-    def score(self, query: str | frozenset[str], trees: list[Tree]) -> list[np.ndarray]:
+    def score(
+        self, query: str | frozenset[str], trees: list[Tree], nodes: list[list[int]] | None = None
+    ) -> list[np.ndarray]:
         q = self.embed_query(query) if isinstance(query, str) else query
         out = []
-        for t in trees:
+        for j, t in enumerate(trees):
             s = []
-            for i in range(len(t)):
+            for i in range(len(t)) if nodes is None else nodes[j]:
                 v = words(self.hierarchy.node_text(t, i), self.stop)
                 s.append(len(q & v) / math.sqrt(max(1, len(q)) * max(1, len(v))))
             out.append(np.asarray(s, dtype=np.float32))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.pipeline.loop import Decision, EvidenceLoop, LoopSettings
@@ -62,8 +63,16 @@ class CountingAggregation:
 class LeafPreferringScorer:
     """Scores every node by its depth, so parent-relative refinement descends to the leaves."""
 
-    def score(self, query, trees):
-        return [t.depth.astype(float) for t in trees]
+    def __init__(self) -> None:
+        self.scored = 0  # nodes scored, all calls together
+
+    def embed_query(self, query):
+        return np.ones(1)
+
+    def score(self, query, trees, nodes=None):
+        ids = [range(len(t)) for t in trees] if nodes is None else nodes
+        self.scored += sum(len(i) for i in ids)
+        return [t.depth[list(i)].astype(float) for t, i in zip(trees, ids)]
 
 
 def words(text: str) -> int:
@@ -114,7 +123,12 @@ def test_no_retrieval_reads_without_evidence() -> None:
 
 
 def test_reader_cap_keeps_the_newest_evidence() -> None:
-    loop = make(ScriptedRetriever([["a"], ["b"]]), ScriptedController([False, True]), max_rounds=2, reader_max_tokens=6)
+    loop = make(
+        ScriptedRetriever([["a"], ["b"]]),
+        ScriptedController([False, True]),
+        max_rounds=2,
+        reader_max_tokens=6,
+    )
     rec = loop.run(Q)
     # "B: Beta one. Beta two." = 5 words fits; adding A's 7 words would not: the older item is dropped.
     assert loop.reader.evidence == ["B: Beta one. Beta two."]
@@ -136,6 +150,20 @@ def test_refinement_compresses_and_tables_of_aggregation_questions_stay_whole() 
     assert kept["a"].leaf_ranges == [(0, 1), (1, 2), (2, 3)]  # leaves (deeper = higher score)
     assert kept["t"].leaf_ranges == [(0, 2)] and kept["t"].aggregation
     assert agg.calls == 1  # classified once per question, the first time a table appears
+
+
+@pytest.mark.parametrize("lazy", [True, False])
+def test_lazy_and_eager_refinement_keep_the_same_evidence(lazy: bool) -> None:
+    scorer = LeafPreferringScorer()
+    loop = make(
+        ScriptedRetriever([["a", "t"]]), refiner=ParentRelativeRefiner(lazy=lazy), scorer=scorer, max_rounds=1
+    )
+    rec = loop.run(Q)
+    assert [k.leaf_ranges for k in rec.rounds[0].kept] == [[(0, 1), (1, 2), (2, 3)], [(0, 1), (1, 2)]]
+    assert {"encode", "refine"} <= set(rec.time_s)
+    # Leaves win everywhere, so even lazily every node is read; eagerly each is scored exactly once.
+    n_nodes = sum(len(loop.hierarchy.build(ITEMS[i])) for i in ("a", "t"))
+    assert scorer.scored == n_nodes
 
 
 def test_stage_times_are_recorded() -> None:

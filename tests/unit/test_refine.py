@@ -14,6 +14,7 @@ from canopy_lit.refine import (
     ParentRelativeRefiner,
     leaf_ids,
     parent_relative,
+    parent_relative_lazily,
 )
 from canopy_lit.types import Item, Tree
 
@@ -28,7 +29,9 @@ def tree_and_scores(draw):
     b = draw(st.integers(2, 4))
     tree = tree_of(n, b)
     # Few distinct values so that ties (>= vs >) are exercised often.
-    scores = np.array(draw(st.lists(st.sampled_from([0.1, 0.2, 0.3, 0.5]), min_size=len(tree), max_size=len(tree))))
+    scores = np.array(
+        draw(st.lists(st.sampled_from([0.1, 0.2, 0.3, 0.5]), min_size=len(tree), max_size=len(tree)))
+    )
     return tree, scores
 
 
@@ -56,6 +59,46 @@ def test_each_decision_follows_the_rule(ts) -> None:
         # Every ancestor step on the path to v was a kept child (scored >= its parent).
         for a in [v, *tree.ancestors(v)][:-1]:
             assert scores[a] >= scores[tree.parent[a]]
+
+
+class RecordingScores:
+    """``score_nodes`` over fixed full score arrays, recording every request."""
+
+    def __init__(self, scores: list[np.ndarray]) -> None:
+        self.scores = scores
+        self.requests: list[list[list[int]]] = []
+
+    def __call__(self, requests):
+        self.requests.append([list(r) for r in requests])
+        return [s[list(r)] for s, r in zip(self.scores, requests)]
+
+
+@given(st.lists(tree_and_scores(), min_size=1, max_size=4), st.lists(st.booleans(), min_size=4, max_size=4))
+def test_lazy_refinement_equals_eager_and_scores_each_node_at_most_once(batch, skip) -> None:
+    trees, scores = [t for t, _ in batch], [s for _, s in batch]
+    skip = skip[: len(trees)]
+    fn = RecordingScores(scores)
+    kept, partial = parent_relative_lazily(trees, fn, skip)
+    for t, s, k, p, sk in zip(trees, scores, kept, partial, skip):
+        assert k == ([0] if sk else parent_relative(t, s))
+        scored = ~np.isnan(p)
+        assert np.allclose(p[scored], s[scored])
+        if sk:
+            assert not scored.any()
+    for j in range(len(trees)):
+        asked = [v for call in fn.requests for v in call[j]]
+        assert len(asked) == len(set(asked))  # no node encoded twice
+    assert len(fn.requests) <= max(int(t.depth.max()) for t in trees) + 1  # one call per tree level
+
+
+def test_lazy_refinement_stops_encoding_under_a_kept_root() -> None:
+    tree = tree_of(16)
+    scores = -tree.depth.astype(float)  # parents always win: the root is kept
+    fn = RecordingScores([scores])
+    kept, partial = parent_relative_lazily([tree], fn)
+    assert kept == [[0]]
+    assert fn.requests == [[[0, *tree.children[0]]]]  # root + its B children, nothing deeper
+    assert np.isnan(partial[0]).sum() == len(tree) - 3
 
 
 @given(n=st.integers(1, 80), b=st.integers(2, 4))
