@@ -17,11 +17,23 @@ import torch
 import torch.nn.functional as F
 
 from canopy_lit.encoders.base import EncoderInput, NodeEncoder, backbone_hash, input_text
-from canopy_lit.hierarchy.base import NodeInput
+from canopy_lit.hierarchy.base import Frame, NodeInput
 
 DEFAULT_INSTRUCTION = "Represent the user's input."
 # Full-name regex (peft `re.fullmatch`): attention projections of the language model, never `visual.*`.
 LANGUAGE_LORA_TARGETS = r".*language_model.*\.(q_proj|v_proj)"
+
+
+def thin_frames(frames: Sequence[Frame], cap: int | None) -> list[Frame]:
+    """At most ``cap`` frames, evenly spaced over the node, first and last kept (``cap=1``: the middle one)."""
+    frames = list(frames)
+    n = len(frames)
+    if cap is None or n <= cap:
+        return frames
+    if cap == 1:
+        return [frames[(n - 1) // 2]]
+    # step (n-1)/(cap-1) > 1 when n > cap, so the rounded indices are distinct and increasing.
+    return [frames[round(i * (n - 1) / (cap - 1))] for i in range(cap)]
 
 
 def _load_images(frames: Sequence[Any]) -> list[Any]:
@@ -50,6 +62,13 @@ class Qwen3VLEncoder(NodeEncoder):
         batch_size: inference batch size.
         device: torch device.
         max_pixels: image resolution cap handed to the processor.
+        max_frames_per_node: frames of one node that reach the model, evenly thinned (first and
+            last kept) before any frame is decoded; ``None`` = no cap. Each frame is one image input,
+            i.e. up to ``max_pixels / 32**2`` visual tokens (patch 16, 2x2 merge): a 640x360 frame
+            is ~220 tokens, a 720p one ~880, so a 32-frame parent of a long video (the video
+            builder's own cap) would be 7k-28k visual tokens in a single node input, far past
+            ``max_seq_length`` and the memory of a batch. 8 bounds any parent to under three
+            leaves' worth (a 30-s leaf has 3 frames at the builder's 1 frame / 10 s).
         model / tokenizer / processor: ready-made parts (tests build a tiny random-weight model this way).
     """
 
@@ -63,11 +82,15 @@ class Qwen3VLEncoder(NodeEncoder):
         batch_size: int = 8,
         device: str | torch.device = "cpu",
         max_pixels: int = 1280 * 28 * 28,
+        max_frames_per_node: int | None = 8,
         model: Any = None,
         tokenizer: Any = None,
         processor: Any = None,
     ) -> None:
         super().__init__()
+        if max_frames_per_node is not None and max_frames_per_node < 1:
+            raise ValueError(f"max_frames_per_node must be >= 1 or None, got {max_frames_per_node}")
+        self.max_frames_per_node = max_frames_per_node
         self.name = str(backbone)
         dtype = getattr(torch, torch_dtype) if isinstance(torch_dtype, str) else torch_dtype
         local = Path(backbone).expanduser()
@@ -81,6 +104,12 @@ class Qwen3VLEncoder(NodeEncoder):
                 raise OSError(
                     f"cannot load Qwen3-VL encoder {backbone!r}: give a local folder, or a hub id with network "
                     f"access (HF_HUB_OFFLINE unset). Cause: {err}"
+                ) from err
+            except (ImportError, AttributeError) as err:
+                # transformers 5 builds Qwen3-VL's video processor (required by its processor) on torchvision.
+                raise ImportError(
+                    f"cannot build the Qwen3-VL processor for {backbone!r}: it needs torchvision "
+                    f"(pip install 'canopy-lit[vl]', matching your torch build). Cause: {err}"
                 ) from err
         self.model = model
         self.processor = processor
@@ -97,7 +126,9 @@ class Qwen3VLEncoder(NodeEncoder):
         cfg = self.model.config
         self.dim = int(getattr(cfg, "text_config", cfg).hidden_size)
         self.batch_size = batch_size
-        self._backbone_hash = backbone_hash(local if local.is_dir() else None, f"{self.name}|{max_seq_length}")
+        self._backbone_hash = backbone_hash(
+            local if local.is_dir() else None, f"{self.name}|{max_seq_length}"
+        )
         self.freeze_vision()
         self.model.to(device)
 
@@ -140,8 +171,12 @@ class Qwen3VLEncoder(NodeEncoder):
             layers_pattern="layers" if layers is not None else None,
         )
 
+    def node_frames(self, x: EncoderInput) -> list[Frame]:
+        """The frames of ``x`` that reach the model (``max_frames_per_node`` applied)."""
+        return thin_frames(x.frames, self.max_frames_per_node) if isinstance(x, NodeInput) else []
+
     def input_length(self, x: EncoderInput) -> int:
-        return len(input_text(x)) + 10_000 * (len(x.frames) if isinstance(x, NodeInput) else 0)
+        return len(input_text(x)) + 10_000 * len(self.node_frames(x))
 
     # ------------------------------------------------------------------ tokenisation
     def _prompt(self, x: EncoderInput, n_images: int) -> str:
@@ -161,7 +196,7 @@ class Qwen3VLEncoder(NodeEncoder):
 
     def tokenize(self, inputs: Sequence[EncoderInput]) -> dict[str, torch.Tensor]:
         """Padded ``input_ids`` / ``attention_mask`` (right padding), plus pixel tensors for visual inputs."""
-        images = [_load_images(x.frames) if isinstance(x, NodeInput) and x.frames else [] for x in inputs]
+        images = [_load_images(self.node_frames(x)) for x in inputs]
         prompts = [self._prompt(x, len(im)) for x, im in zip(inputs, images, strict=True)]
         flat = [im for ims in images for im in ims]
         if flat:
