@@ -17,6 +17,7 @@ from canopy_lit.llm.base import (
     BaseLLM,
     CallLog,
     CallRecord,
+    GenerationOptions,
     LLMError,
     LLMResponse,
     Message,
@@ -62,7 +63,7 @@ def load_llm(backend: str = "llamacpp", model: str = "qwen2.5-1.5b", **kwargs: A
 
 __all__ = [
     "BACKENDS", "LLM", "PARSE_STATS", "AggregationClassifier", "BaseLLM", "CallLog", "CallRecord",
-    "CriticVerdict", "IRCoTStep", "IRCoTStepper", "LLMCritic", "LLMError", "LLMReader", "LLMRelevanceScorer",
-    "LLMResponse", "Message", "ModalityRouter", "ParseStats", "ReaderAnswer", "assistant", "extract_json",
-    "load_llm", "render_text_only", "system", "user",
+    "CriticVerdict", "GenerationOptions", "IRCoTStep", "IRCoTStepper", "LLMCritic", "LLMError", "LLMReader",
+    "LLMRelevanceScorer", "LLMResponse", "Message", "ModalityRouter", "ParseStats", "ReaderAnswer",
+    "assistant", "extract_json", "load_llm", "render_text_only", "system", "user",
 ]  # fmt: skip

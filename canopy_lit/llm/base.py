@@ -16,7 +16,10 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, runtime_checkable
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 Message = dict[str, Any]
 
@@ -198,6 +201,45 @@ class CallLog:
 # --------------------------------------------------------------------------- protocol + base class
 
 
+class GenerationOptions(TypedDict, total=False):
+    """The generation keywords of ``chat`` / ``chat_batch``, all optional (defaults: ``generation_options``).
+
+    Attributes:
+        json_mode: ``True`` constrains output to a JSON object; a dict is a JSON schema to follow.
+        logprobs: number of top alternatives to return per generated token (0 = none).
+        max_tokens: generation budget.
+        temperature: sampling temperature (0 = greedy).
+        stop: strings that end the generation.
+    """
+
+    json_mode: bool | dict[str, Any]
+    logprobs: int
+    max_tokens: int
+    temperature: float
+    stop: Sequence[str] | None
+
+
+def generation_options(
+    *,
+    json_mode: bool | dict[str, Any] = False,
+    logprobs: int = 0,
+    max_tokens: int = 256,
+    temperature: float = 0.0,
+    stop: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """``GenerationOptions`` with defaults filled in and ``stop`` as a list: the keywords of ``_complete``.
+
+    The one place the defaults live; an unknown keyword raises ``TypeError``.
+    """
+    return {
+        "json_mode": json_mode,
+        "logprobs": logprobs,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "stop": list(stop or []),
+    }
+
+
 @runtime_checkable
 class LLM(Protocol):
     """What every stage needs from a language model."""
@@ -207,15 +249,7 @@ class LLM(Protocol):
     calibration: dict[str, float]
 
     def chat(
-        self,
-        messages: Sequence[Message],
-        *,
-        json_mode: bool | dict[str, Any] = False,
-        logprobs: int = 0,
-        max_tokens: int = 256,
-        temperature: float = 0.0,
-        stop: Sequence[str] | None = None,
-        role: str = "reader",
+        self, messages: Sequence[Message], *, role: str = "reader", **options: Unpack[GenerationOptions]
     ) -> LLMResponse: ...
 
     def chat_batch(self, batch: Sequence[Sequence[Message]], **kwargs: Any) -> list[LLMResponse]: ...
@@ -244,52 +278,40 @@ class BaseLLM(ABC):
         return strip_extensions(messages) if self.multimodal else render_text_only(messages)
 
     def chat(
-        self,
-        messages: Sequence[Message],
-        *,
-        json_mode: bool | dict[str, Any] = False,
-        logprobs: int = 0,
-        max_tokens: int = 256,
-        temperature: float = 0.0,
-        stop: Sequence[str] | None = None,
-        role: str = "reader",
+        self, messages: Sequence[Message], *, role: str = "reader", **options: Unpack[GenerationOptions]
     ) -> LLMResponse:
         """Generate one reply.
 
         Args:
-            json_mode: ``True`` constrains output to a JSON object; a dict is a JSON schema to follow.
-            logprobs: number of top alternatives to return per generated token (0 = none).
             role: accounting label (critic, reader, router, ...).
+            options: ``GenerationOptions`` (json_mode, logprobs, max_tokens, temperature, stop).
         """
+        kw = generation_options(**options)
         t0 = time.perf_counter()
         try:
-            resp = self._complete(
-                self.prepare(messages), json_mode=json_mode, logprobs=logprobs, max_tokens=max_tokens,
-                temperature=temperature, stop=list(stop or []),
-            )  # fmt: skip
+            resp = self._complete(self.prepare(messages), **kw)
         except Exception:
             self.log.add(role, 0, 0, time.perf_counter() - t0, ok=False)
             raise
-        resp.seconds = time.perf_counter() - t0
-        resp.role = role
-        self.log.add(role, resp.prompt_tokens, resp.completion_tokens, resp.seconds)
-        return resp
+        return self._record(resp, role, time.perf_counter() - t0)
 
     def chat_batch(self, batch: Sequence[Sequence[Message]], **kwargs: Any) -> list[LLMResponse]:
         """Many independent conversations; backends with real batching override this."""
         return [self.chat(m, **kwargs) for m in batch]
 
+    def _record(self, resp: LLMResponse, role: str, seconds: float) -> LLMResponse:
+        """Account one successful call in ``log``; ``resp`` gets its wall time and role."""
+        resp.seconds, resp.role = seconds, role
+        self.log.add(role, resp.prompt_tokens, resp.completion_tokens, seconds)
+        return resp
+
     @abstractmethod
-    def _complete(
-        self,
-        messages: list[Message],
-        *,
-        json_mode: bool | dict[str, Any],
-        logprobs: int,
-        max_tokens: int,
-        temperature: float,
-        stop: list[str],
-    ) -> LLMResponse: ...
+    def _complete(self, messages: list[Message], **options: Any) -> LLMResponse:
+        """One completion of already ``prepare``-d messages.
+
+        ``options`` is what ``generation_options`` returns: every one of ``json_mode``, ``logprobs``,
+        ``max_tokens``, ``temperature`` and ``stop`` (a list), defaults filled in.
+        """
 
     @abstractmethod
     def count_tokens(self, text: str) -> int: ...

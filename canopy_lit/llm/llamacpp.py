@@ -99,19 +99,8 @@ class LlamaCppLLM(BaseLLM):
         self._http = httpx.Client(timeout=60.0) if self.base_url else None
         self._tok_lock = threading.Lock()
 
-    def _complete(
-        self,
-        messages: list[Message],
-        *,
-        json_mode: bool | dict[str, Any],
-        logprobs: int,
-        max_tokens: int,
-        temperature: float,
-        stop: list[str],
-    ) -> LLMResponse:
-        req = openai_request(
-            messages, json_mode=json_mode, logprobs=logprobs, max_tokens=max_tokens, temperature=temperature, stop=stop
-        )
+    def _complete(self, messages: list[Message], **kw: Any) -> LLMResponse:
+        req = openai_request(messages, **kw)
         try:
             body = self._server.handle_chat_completions(req)
         except Exception as e:  # llama.cpp raises on e.g. prompts longer than n_ctx

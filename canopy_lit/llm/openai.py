@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from tenacity import (
@@ -23,7 +23,19 @@ from tenacity import (
     wait_exponential,
 )
 
-from canopy_lit.llm.base import BaseLLM, LLMError, LLMResponse, Message, openai_request, parse_openai_response
+from canopy_lit.llm.base import (
+    BaseLLM,
+    GenerationOptions,
+    LLMError,
+    LLMResponse,
+    Message,
+    generation_options,
+    openai_request,
+    parse_openai_response,
+)
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 _RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
@@ -143,22 +155,13 @@ class OpenAILLM(BaseLLM):
             return ex.submit(asyncio.run, self.achat_batch(batch, **kwargs)).result()
 
     async def achat_batch(
-        self,
-        batch: Sequence[Sequence[Message]],
-        *,
-        json_mode: bool | dict[str, Any] = False,
-        logprobs: int = 0,
-        max_tokens: int = 256,
-        temperature: float = 0.0,
-        stop: Sequence[str] | None = None,
-        role: str = "reader",
+        self, batch: Sequence[Sequence[Message]], *, role: str = "reader", **options: Unpack[GenerationOptions]
     ) -> list[LLMResponse]:
         import time
 
         sem = asyncio.Semaphore(self.max_concurrency)
         url = f"{self.base_url}/chat/completions"
-        kw = {"json_mode": json_mode, "logprobs": logprobs, "max_tokens": max_tokens, "temperature": temperature,
-              "stop": list(stop or [])}  # fmt: skip
+        kw = generation_options(**options)
 
         async with httpx.AsyncClient(timeout=self.timeout, headers=self._headers) as client:
 
@@ -174,9 +177,7 @@ class OpenAILLM(BaseLLM):
                         self.log.add(role, 0, 0, time.perf_counter() - t0, ok=False)
                         raise self._fail(url, e) from e
                     resp = parse_openai_response(data, source=f"openai backend ({self.base_url})")
-                    resp.seconds, resp.role = time.perf_counter() - t0, role
-                    self.log.add(role, resp.prompt_tokens, resp.completion_tokens, resp.seconds)
-                    return resp
+                    return self._record(resp, role, time.perf_counter() - t0)
 
             return list(await asyncio.gather(*(one(m) for m in batch)))
 

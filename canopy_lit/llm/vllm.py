@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from canopy_lit.llm.base import BaseLLM, LLMError, LLMResponse, Message
+from canopy_lit.llm.base import BaseLLM, GenerationOptions, LLMError, LLMResponse, Message, generation_options
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 _ANY_JSON_OBJECT: dict[str, Any] = {"type": "object"}
 
@@ -107,27 +110,14 @@ class VLLMLLM(BaseLLM):
         return self._generate([messages], **kw)[0]
 
     def chat_batch(
-        self,
-        batch: Sequence[Sequence[Message]],
-        *,
-        json_mode: bool | dict[str, Any] = False,
-        logprobs: int = 0,
-        max_tokens: int = 256,
-        temperature: float = 0.0,
-        stop: Sequence[str] | None = None,
-        role: str = "reader",
+        self, batch: Sequence[Sequence[Message]], *, role: str = "reader", **options: Unpack[GenerationOptions]
     ) -> list[LLMResponse]:
         """One engine call for the whole batch (continuous batching inside vLLM)."""
+        kw = generation_options(**options)
         t0 = time.perf_counter()
-        outs = self._generate(
-            [self.prepare(m) for m in batch], json_mode=json_mode, logprobs=logprobs, max_tokens=max_tokens,
-            temperature=temperature, stop=list(stop or []),
-        )  # fmt: skip
+        outs = self._generate([self.prepare(m) for m in batch], **kw)
         per_call = (time.perf_counter() - t0) / max(1, len(outs))  # batch wall time shared evenly
-        for r in outs:
-            r.seconds, r.role = per_call, role
-            self.log.add(role, r.prompt_tokens, r.completion_tokens, per_call)
-        return outs
+        return [self._record(r, role, per_call) for r in outs]
 
     def count_tokens(self, text: str) -> int:
         return len(self._tokenizer.encode(text, add_special_tokens=False)) if text else 0

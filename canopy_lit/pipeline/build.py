@@ -15,7 +15,6 @@ from canopy_lit.pipeline.controllers import (
     CriticController,
     IRCoTController,
     ReaderAdapter,
-    RouterAdapter,
 )
 from canopy_lit.pipeline.loop import EvidenceLoop, LoopSettings
 from canopy_lit.pipeline.retrievers import CandidateRetriever, CorpusRetriever
@@ -63,12 +62,13 @@ def build_retriever(cfg: DictConfig, bench: Any, encoder: Any, hierarchy: Hierar
         return CandidateRetriever(bench.items, bench.candidates, encoder, hierarchy)
     if scope != "corpus":
         raise ValueError(f"retrieval.scope must be 'corpus' or 'candidates', got {scope!r}")
-    from canopy_lit.llm import ModalityRouter
+    from canopy_lit.retrieval.router import LLMModalityRouter
 
     kwargs = OmegaConf.to_container(rcfg, resolve=True)
     for key in _PIPELINE_RETRIEVAL_KEYS:
         kwargs.pop(key, None)
-    router = RouterAdapter(ModalityRouter(llm)) if kwargs.get("routing") else None
+    # offered only the modalities the index holds (FaissRetriever calls ``restrict``), one call per query text
+    router = LLMModalityRouter(llm) if kwargs.get("routing") else None
     partial: Callable[..., Any] = instantiate(kwargs)
     return CorpusRetriever(partial(encoder=encoder, router=router))
 

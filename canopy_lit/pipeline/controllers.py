@@ -56,13 +56,3 @@ class AggregationAdapter:
 
     def is_aggregation(self, question: Question) -> bool:
         return bool(self.classifier.is_aggregation(question.text))
-
-
-class RouterAdapter:
-    """The retriever asks for a list of modality partitions; the LLM router names one."""
-
-    def __init__(self, router: Any) -> None:
-        self.router = router
-
-    def route(self, query: str) -> list[str]:
-        return [self.router.route(query)]

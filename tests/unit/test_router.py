@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from canopy_lit.llm.base import LLMResponse
 from canopy_lit.retrieval.router import LLMModalityRouter
 
@@ -32,3 +34,33 @@ def test_routes_only_to_partitions_the_index_holds() -> None:
 def test_unparseable_answer_falls_back_to_first_modality() -> None:
     router = LLMModalityRouter(FakeScriptedLLM("no idea"), ("text", "table"))
     assert router.route("q") == ["text"]
+
+
+def test_universalrag_config_builds_a_restricted_llm_router(monkeypatch) -> None:
+    """``method=universalrag``: the pipeline's corpus retriever routes through ``LLMModalityRouter``."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from canopy_lit.pipeline import build
+    from canopy_lit.retrieval.retriever import FaissRetriever
+
+    class TextTableIndex:
+        groups = ("text", "table")
+
+    configs = Path(__file__).resolve().parents[2] / "configs"
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(configs), version_base="1.3"):
+        cfg = compose("evaluate", overrides=["method=universalrag", "paths.root_dir=/tmp/canopy-lit-test"])
+    GlobalHydra.instance().clear()
+    seen: dict = {}
+
+    def fake_instantiate(kwargs: dict):  # stands in for build_retriever: no corpus, no encoder
+        seen.update(kwargs)
+        return lambda encoder, router: FaissRetriever(TextTableIndex(), None, encoder, router=router)
+
+    monkeypatch.setattr(build, "instantiate", fake_instantiate)
+    llm = FakeScriptedLLM('{"label": "table"}')
+    retriever = build.build_retriever(cfg, None, None, None, llm).retriever
+    assert seen["routing"] is True
+    assert isinstance(retriever.router, LLMModalityRouter) and retriever.router.modalities == ("text", "table")
+    assert retriever._route("how many goals?") == ["table"] and "video" not in llm.prompts[-1]

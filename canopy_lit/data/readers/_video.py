@@ -1,13 +1,19 @@
-"""Video items shared by the LVBench and V-RAGBench readers: resolve the file, know the duration, gold clips."""
+"""Video benchmarks shared by the LVBench and V-RAGBench readers: resolve the file, know the duration,
+gold clips, and the read loop itself (``read_video_benchmark``)."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from canopy_lit.data.benchmark import Benchmark
 from canopy_lit.data.readers._gold import clip_leaves, leaves_of
+from canopy_lit.data.readers._io import iter_records, record_guard
 from canopy_lit.hierarchy import video_duration
-from canopy_lit.types import Item, Modality, VideoRef
+from canopy_lit.types import Item, Modality, Question, VideoRef
 
 
 def resolve_video(video_root: str | Path | None, ref: str) -> Path | None:
@@ -70,3 +76,47 @@ def clip_gold(item: Item, t0: float, t1: float, skipped: Counter) -> list[int]:
     if not gold:
         skipped["time_reference_outside_video"] += 1
     return gold
+
+
+@dataclass
+class VideoQuestion:
+    """One parsed record of a video benchmark: the question and the window of the video holding its evidence.
+
+    ``duration`` (seconds) is used when the video file is absent; ``video`` is the reference as
+    written in the record (resolved by ``resolve_video``).
+    """
+
+    qid: str
+    text: str
+    answers: list[str]
+    video: str
+    t0: float
+    t1: float
+    duration: float | None = None
+    choices: list[str] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def read_video_benchmark(
+    name: str,
+    path: Path,
+    video_root: str | Path | None,
+    strict: bool,
+    parse: Callable[[dict], VideoQuestion],
+) -> Benchmark:
+    """Each record -> ``parse`` -> a question whose gold item is the whole video (``<name>:<video id>``) and
+    whose gold leaves are the clips overlapping ``[t0, t1]``; the video is its only candidate."""
+    items: dict[str, Item] = {}
+    questions: list[Question] = []
+    candidates: dict[str, list[str]] = {}
+    skipped: Counter = Counter()
+    for index, rec in enumerate(iter_records(path)):
+        with record_guard(path, index, rec, skipped, strict):
+            q = parse(rec)
+            item = video_item(name, q.video, video_root, q.duration, items, skipped)
+            gold = {item.id: clip_gold(item, q.t0, q.t1, skipped)} if item is not None else {}
+            questions.append(Question(q.qid, q.text, q.answers, name, gold, choices=q.choices, meta=q.meta))
+            candidates[q.qid] = [item.id] if item is not None else []
+    return Benchmark(
+        name, questions, items, candidates, skipped, {"path": str(path), "video_root": str(video_root)}
+    )

@@ -15,14 +15,12 @@ the question is still returned, without gold, and counted as
 from __future__ import annotations
 
 import re
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from canopy_lit.data.benchmark import Benchmark
-from canopy_lit.data.readers._io import iter_records, load_json, record_guard, require
-from canopy_lit.data.readers._video import clip_gold, video_item
-from canopy_lit.types import Item, Question
+from canopy_lit.data.readers._io import load_json, require
+from canopy_lit.data.readers._video import VideoQuestion, read_video_benchmark
 
 _OPTION = re.compile(r"^\(([A-Z])\)\s*(.*)$")
 
@@ -58,36 +56,26 @@ def read(
 ) -> Benchmark:
     """Read LVBench questions; videos resolved under ``video_root``."""
     dur = _durations(durations)
-    items: dict[str, Item] = {}
-    questions: list[Question] = []
-    candidates: dict[str, list[str]] = {}
-    skipped: Counter = Counter()
-    for index, rec in enumerate(iter_records(path)):
-        with record_guard(path, index, rec, skipped, strict):
-            qid = str(require(rec, "index", (str, int)))
-            raw = require(rec, "question", str)
-            stem, choices, letters = split_choices(raw)
-            answer = str(require(rec, "answer", str)).strip().strip("()")
-            if letters and answer not in letters:
-                raise ValueError(f"answer {answer!r} is not one of the options {letters}")
-            t0, t1 = (float(x) for x in require(rec, "time_reference", list)[:2])
-            videos = [str(v) for v in require(rec, "gt_videos", list)]
-            if not videos:
-                raise ValueError("gt_videos is empty")
-            video_id = Path(videos[0]).stem
-            meta: dict[str, Any] = {
-                "doc": f"lvbench:{video_id}",
-                "gold_ids": [[video_id, "video"]],
-                "time_reference": [t0, t1],
-                "raw_question": raw,
-            }
-            seconds = rec.get("duration", dur.get(video_id))
-            item = video_item("lvbench", videos[0], video_root, seconds, items, skipped)
-            gold = {item.id: clip_gold(item, t0, t1, skipped)} if item is not None else {}
-            questions.append(
-                Question(qid, stem, [answer], "lvbench", gold, choices=choices or None, meta=meta)
-            )
-            candidates[qid] = [item.id] if item is not None else []
-    return Benchmark(
-        "lvbench", questions, items, candidates, skipped, {"path": str(path), "video_root": str(video_root)}
-    )
+
+    def parse(rec: dict) -> VideoQuestion:
+        qid = str(require(rec, "index", (str, int)))
+        raw = require(rec, "question", str)
+        stem, choices, letters = split_choices(raw)
+        answer = str(require(rec, "answer", str)).strip().strip("()")
+        if letters and answer not in letters:
+            raise ValueError(f"answer {answer!r} is not one of the options {letters}")
+        t0, t1 = (float(x) for x in require(rec, "time_reference", list)[:2])
+        videos = [str(v) for v in require(rec, "gt_videos", list)]
+        if not videos:
+            raise ValueError("gt_videos is empty")
+        video_id = Path(videos[0]).stem
+        meta: dict[str, Any] = {
+            "doc": f"lvbench:{video_id}",
+            "gold_ids": [[video_id, "video"]],
+            "time_reference": [t0, t1],
+            "raw_question": raw,
+        }
+        seconds = rec.get("duration", dur.get(video_id))
+        return VideoQuestion(qid, stem, [answer], videos[0], t0, t1, seconds, choices or None, meta)
+
+    return read_video_benchmark("lvbench", path, video_root, strict, parse)

@@ -21,6 +21,7 @@ question counts as ``skipped["gold_context_unavailable"]``; without context file
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,62 +39,61 @@ def _answer_entries(rec: dict) -> list[dict]:
     return out
 
 
-def _load_texts(path: str | Path, wanted: set[str], skipped: Counter) -> dict[str, Item]:
-    out: dict[str, Item] = {}
-    for index, rec in enumerate(iter_records(path)):
-        with record_guard(path, index, rec):
-            doc_id = str(require(rec, "id", str))
-            if doc_id in wanted:
-                item_id = f"mmqa:{doc_id}"
-                out[item_id] = Item(
-                    item_id, Modality.TEXT, title=str(rec.get("title", "")), text=require(rec, "text", str)
-                )
-    return out
+def _load_docs(
+    path: str | Path, wanted: set[str], modality: Modality, payload: Callable[[dict], dict[str, Any] | None]
+) -> dict[str, Item]:
+    """``mmqa:<id>`` items of the records in a context file that some question wants.
 
-
-def _load_tables(path: str | Path, wanted: set[str], skipped: Counter) -> dict[str, Item]:
+    ``payload(record)`` gives the item's payload field(s) (``{"text": ...}``), or None to leave the
+    record out; a malformed record raises ``DataFormatError`` naming the file and record.
+    """
     out: dict[str, Item] = {}
     for index, rec in enumerate(iter_records(path)):
         with record_guard(path, index, rec):
             doc_id = str(require(rec, "id", str))
             if doc_id not in wanted:
                 continue
-            table = require(rec, "table", dict)
-            header = [
-                str(h["column_name"]) if isinstance(h, dict) else str(h)
-                for h in require(table, "header", list)
-            ]
-            rows = [
-                [str(c["text"]) if isinstance(c, dict) else str(c) for c in row]
-                for row in require(table, "table_rows", list)
-            ]
-            item_id = f"mmqa:{doc_id}"
-            out[item_id] = Item(
-                item_id,
-                Modality.TABLE,
-                title=str(rec.get("title", "")),
-                table=Table(header, rows, caption=str(table.get("table_name", ""))),
-            )
+            fields = payload(rec)
+            if fields is not None:
+                item_id = f"mmqa:{doc_id}"
+                out[item_id] = Item(item_id, modality, title=str(rec.get("title", "")), **fields)
     return out
+
+
+def _load_texts(path: str | Path, wanted: set[str], skipped: Counter) -> dict[str, Item]:
+    return _load_docs(path, wanted, Modality.TEXT, lambda rec: {"text": require(rec, "text", str)})
+
+
+def _table_payload(rec: dict) -> dict[str, Any]:
+    table = require(rec, "table", dict)
+    header = [
+        str(h["column_name"]) if isinstance(h, dict) else str(h)
+        for h in require(table, "header", list)
+    ]
+    rows = [
+        [str(c["text"]) if isinstance(c, dict) else str(c) for c in row]
+        for row in require(table, "table_rows", list)
+    ]
+    return {"table": Table(header, rows, caption=str(table.get("table_name", "")))}
+
+
+def _load_tables(path: str | Path, wanted: set[str], skipped: Counter) -> dict[str, Item]:
+    return _load_docs(path, wanted, Modality.TABLE, _table_payload)
 
 
 def _load_images(
     path: str | Path, wanted: set[str], images_dir: str | Path | None, skipped: Counter
 ) -> dict[str, Item]:
-    out: dict[str, Item] = {}
     root = Path(images_dir) if images_dir is not None else Path(path).parent / "final_dataset_images"
-    for index, rec in enumerate(iter_records(path)):
-        with record_guard(path, index, rec):
-            doc_id = str(require(rec, "id", str))
-            if doc_id not in wanted:
-                continue
-            file = root / require(rec, "path", str)
-            if not file.is_file():
-                skipped["image_file_missing"] += 1
-                continue
-            item_id = f"mmqa:{doc_id}"
-            out[item_id] = Item(item_id, Modality.IMAGE, title=str(rec.get("title", "")), image=str(file))
-    return out
+
+    def payload(rec: dict) -> dict[str, Any] | None:
+        file = root / require(rec, "path", str)
+        if not file.is_file():
+            skipped["image_file_missing"] += 1
+            return None
+        return {"image": str(file)}
+
+    return _load_docs(path, wanted, Modality.IMAGE, payload)
 
 
 def _text_gold(item: Item, doc_id: str, entries: list[dict]) -> list[int]:

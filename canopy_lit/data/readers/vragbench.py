@@ -18,42 +18,30 @@ as ``skipped["missing_video"]`` and its question keeps empty gold.
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 from canopy_lit.data.benchmark import Benchmark
-from canopy_lit.data.readers._io import iter_records, record_guard, require
-from canopy_lit.data.readers._video import clip_gold, video_item
-from canopy_lit.types import Item, Question
+from canopy_lit.data.readers._io import require
+from canopy_lit.data.readers._video import VideoQuestion, read_video_benchmark
 
 
 def read(path: Path, video_root: str | Path | None = None, strict: bool = True) -> Benchmark:
     """Read a V-RAGBench-style JSONL file; ``video_root`` defaults to the file's folder."""
     root = Path(video_root) if video_root is not None else Path(path).parent
-    items: dict[str, Item] = {}
-    questions: list[Question] = []
-    candidates: dict[str, list[str]] = {}
-    skipped: Counter = Counter()
-    for index, rec in enumerate(iter_records(path)):
-        with record_guard(path, index, rec, skipped, strict):
-            qid = str(require(rec, "id", (str, int)))
-            text = rec["query"] if "query" in rec else rec["question"]
-            if not isinstance(text, str):
-                raise TypeError(f"query is a {type(text).__name__}, expected str")
-            answer = require(rec, "answer", (str, list))
-            answers = [str(a) for a in answer] if isinstance(answer, list) else [answer]
-            ev = require(rec, "evidence", dict)
-            ref = str(require(ev, "video", str))
-            t0, t1 = float(require(ev, "start", (int, float))), float(require(ev, "end", (int, float)))
-            if t1 < t0:
-                raise ValueError(f"evidence end {t1} before start {t0}")
-            choices = rec.get("choices")
-            video_id = Path(ref).stem
-            item = video_item("vragbench", ref, root, rec.get("duration"), items, skipped)
-            gold = {item.id: clip_gold(item, t0, t1, skipped)} if item is not None else {}
-            meta = {"doc": f"vragbench:{video_id}", "evidence": {"video": ref, "start": t0, "end": t1}}
-            questions.append(Question(qid, text, answers, "vragbench", gold, choices=choices, meta=meta))
-            candidates[qid] = [item.id] if item is not None else []
-    return Benchmark(
-        "vragbench", questions, items, candidates, skipped, {"path": str(path), "video_root": str(root)}
-    )
+
+    def parse(rec: dict) -> VideoQuestion:
+        qid = str(require(rec, "id", (str, int)))
+        text = rec["query"] if "query" in rec else rec["question"]
+        if not isinstance(text, str):
+            raise TypeError(f"query is a {type(text).__name__}, expected str")
+        answer = require(rec, "answer", (str, list))
+        answers = [str(a) for a in answer] if isinstance(answer, list) else [answer]
+        ev = require(rec, "evidence", dict)
+        ref = str(require(ev, "video", str))
+        t0, t1 = float(require(ev, "start", (int, float))), float(require(ev, "end", (int, float)))
+        if t1 < t0:
+            raise ValueError(f"evidence end {t1} before start {t0}")
+        meta = {"doc": f"vragbench:{Path(ref).stem}", "evidence": {"video": ref, "start": t0, "end": t1}}
+        return VideoQuestion(qid, text, answers, ref, t0, t1, rec.get("duration"), rec.get("choices"), meta)
+
+    return read_video_benchmark("vragbench", path, root, strict, parse)
