@@ -53,15 +53,22 @@ def build_llm(cfg: DictConfig) -> Any:
 
 
 def build_retriever(cfg: DictConfig, bench: Any, encoder: Any, hierarchy: Hierarchy, llm: Any) -> Any:
-    """``retrieval.scope=corpus``: the unified FAISS index (paper); ``candidates``: the question's own items."""
+    """The round retriever by ``retrieval.scope``.
+
+    ``corpus``: the unified FAISS index (paper); ``candidates``: the question's own delivered items;
+    ``benchmark``: every item of the loaded benchmark file (e.g. the bundled LVBench-format clips).
+    """
     rcfg = cfg.retrieval
     scope = rcfg.get("scope", "corpus")
     if cfg.loop.max_rounds == 0 or rcfg.k == 0:
         return None
     if scope == "candidates":
         return CandidateRetriever(bench.items, bench.candidates, encoder, hierarchy)
+    if scope == "benchmark":  # every item of the loaded file is a candidate of every question (small sets)
+        every = list(bench.items)
+        return CandidateRetriever(bench.items, {q.id: every for q in bench.questions}, encoder, hierarchy)
     if scope != "corpus":
-        raise ValueError(f"retrieval.scope must be 'corpus' or 'candidates', got {scope!r}")
+        raise ValueError(f"retrieval.scope must be 'corpus', 'candidates' or 'benchmark', got {scope!r}")
     from canopy_lit.retrieval.router import LLMModalityRouter
 
     kwargs = OmegaConf.to_container(rcfg, resolve=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from canopy_lit.llm.base import LLMResponse
 from canopy_lit.retrieval.router import LLMModalityRouter
 
@@ -64,3 +66,27 @@ def test_universalrag_config_builds_a_restricted_llm_router(monkeypatch) -> None
     assert seen["routing"] is True
     assert isinstance(retriever.router, LLMModalityRouter) and retriever.router.modalities == ("text", "table")
     assert retriever._route("how many goals?") == ["table"] and "video" not in llm.prompts[-1]
+
+
+@pytest.mark.parametrize("scope", ["candidates", "benchmark", "nowhere"])
+def test_retrieval_scopes_choose_the_candidate_pool(scope: str) -> None:
+    """``candidates``: each question's own items; ``benchmark``: every item of the file; others: a clear error."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from canopy_lit.pipeline import build
+
+    bench = SimpleNamespace(
+        items={"a": None, "b": None, "c": None},
+        candidates={"q1": ["a"], "q2": ["b", "c"]},
+        questions=[SimpleNamespace(id="q1"), SimpleNamespace(id="q2")],
+    )
+    cfg = OmegaConf.create({"retrieval": {"scope": scope, "k": 5}, "loop": {"max_rounds": 3}})
+    if scope == "nowhere":
+        with pytest.raises(ValueError, match="retrieval.scope"):
+            build.build_retriever(cfg, bench, None, None, None)
+        return
+    pool = build.build_retriever(cfg, bench, None, None, None).candidates
+    expected = bench.candidates if scope == "candidates" else {"q1": ["a", "b", "c"], "q2": ["a", "b", "c"]}
+    assert {q: list(ids) for q, ids in pool.items()} == expected
