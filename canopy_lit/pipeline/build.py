@@ -62,15 +62,19 @@ def build_retriever(cfg: DictConfig, bench: Any, encoder: Any, hierarchy: Hierar
     scope = rcfg.get("scope", "corpus")
     if cfg.loop.max_rounds == 0 or rcfg.k == 0:
         return None
-    if scope == "candidates":
-        return CandidateRetriever(bench.items, bench.candidates, encoder, hierarchy)
-    if scope == "benchmark":  # every item of the loaded file is a candidate of every question (small sets)
-        every = list(bench.items)
-        return CandidateRetriever(bench.items, {q.id: every for q in bench.questions}, encoder, hierarchy)
-    if scope != "corpus":
-        raise ValueError(f"retrieval.scope must be 'corpus', 'candidates' or 'benchmark', got {scope!r}")
     from canopy_lit.retrieval.router import LLMModalityRouter
 
+    if scope in ("candidates", "benchmark"):
+        pool = bench.candidates
+        if scope == "benchmark":  # every item of the loaded file is a candidate of every question (small sets)
+            every = list(bench.items)
+            pool = {q.id: every for q in bench.questions}
+        # Routing among the modalities the pool holds; a single-modality benchmark needs no router call.
+        modalities = sorted({it.modality.value for it in bench.items.values()})
+        router = LLMModalityRouter(llm, modalities) if rcfg.get("routing") and len(modalities) > 1 else None
+        return CandidateRetriever(bench.items, pool, encoder, hierarchy, router=router)
+    if scope != "corpus":
+        raise ValueError(f"retrieval.scope must be 'corpus', 'candidates' or 'benchmark', got {scope!r}")
     kwargs = OmegaConf.to_container(rcfg, resolve=True)
     for key in _PIPELINE_RETRIEVAL_KEYS:
         kwargs.pop(key, None)

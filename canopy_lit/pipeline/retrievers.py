@@ -35,15 +35,23 @@ class CandidateRetriever:
         candidates: question id -> candidate item ids.
         encoder: ``NodeEncoder``; f0 embeds both sides (items are embedded once and memoised).
         hierarchy: renders an item's root as its text.
+        router: optional ``route(query) -> [modality]`` (UniversalRAG): only candidates of the routed
+            modalities are ranked; when the question has none of them, all its candidates are.
     """
 
     def __init__(
-        self, items: Mapping[str, Item], candidates: Mapping[str, Sequence[str]], encoder: Any, hierarchy: Hierarchy
+        self,
+        items: Mapping[str, Item],
+        candidates: Mapping[str, Sequence[str]],
+        encoder: Any,
+        hierarchy: Hierarchy,
+        router: Any | None = None,
     ) -> None:
         self.items = items
         self.candidates = candidates
         self.encoder = encoder
         self.hierarchy = hierarchy
+        self.router = router
         self._emb: dict[str, np.ndarray] = {}
 
     def _embed(self, ids: Sequence[str]) -> np.ndarray:
@@ -58,6 +66,9 @@ class CandidateRetriever:
         ids = [i for i in self.candidates.get(question.id, []) if i not in exclude and i in self.items]
         if not ids:
             return []
+        if self.router is not None:
+            routed = set(self.router.route(query))
+            ids = [i for i in ids if self.items[i].modality.value in routed] or ids
         q = _numpy(self.encoder.encode_queries([query]))[0]
         scores = self._embed(ids) @ q
         order = np.argsort(-scores, kind="stable")[:k]

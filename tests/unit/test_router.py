@@ -77,8 +77,9 @@ def test_retrieval_scopes_choose_the_candidate_pool(scope: str) -> None:
 
     from canopy_lit.pipeline import build
 
+    text = SimpleNamespace(modality=SimpleNamespace(value="text"))
     bench = SimpleNamespace(
-        items={"a": None, "b": None, "c": None},
+        items={"a": text, "b": text, "c": text},
         candidates={"q1": ["a"], "q2": ["b", "c"]},
         questions=[SimpleNamespace(id="q1"), SimpleNamespace(id="q2")],
     )
@@ -90,3 +91,27 @@ def test_retrieval_scopes_choose_the_candidate_pool(scope: str) -> None:
     pool = build.build_retriever(cfg, bench, None, None, None).candidates
     expected = bench.candidates if scope == "candidates" else {"q1": ["a", "b", "c"], "q2": ["a", "b", "c"]}
     assert {q: list(ids) for q, ids in pool.items()} == expected
+
+
+def test_candidate_retriever_routes_among_the_pools_modalities() -> None:
+    """UniversalRAG on a candidate pool: only the routed modality's items are ranked (fallback: all)."""
+    import numpy as np
+
+    from canopy_lit.hierarchy import Hierarchy
+    from canopy_lit.pipeline.retrievers import CandidateRetriever
+    from canopy_lit.types import Item, Question, Table
+
+    items = {
+        "p": Item("p", "text", sentences=["Paris is the capital of France."]),
+        "t": Item("t", "table", table=Table(["city", "pop"], [["Paris", "2.1M"]], caption="Cities")),
+    }
+
+    class OnesEncoder:
+        def encode_queries(self, texts):
+            return np.ones((len(texts), 4), np.float32)
+
+    q = Question("q", "population of Paris?", ["2.1M"], "unit")
+    router = LLMModalityRouter(FakeScriptedLLM('{"label": "table"}'), ("table", "text"))
+    r = CandidateRetriever(items, {"q": ["p", "t"]}, OnesEncoder(), Hierarchy(2), router=router)
+    assert [it.id for it in r.retrieve(q.text, 5, set(), q)] == ["t"]
+    assert [it.id for it in r.retrieve(q.text, 5, {"t"}, q)] == ["p"]  # routed modality exhausted: fall back
