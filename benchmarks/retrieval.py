@@ -175,6 +175,48 @@ def encode_vs_raw(quick: bool = False, batch_size: int = 32) -> dict[str, Any]:
     return _entry(len(texts) / t_ours, len(texts) / t_raw, 0.9, "texts/s")
 
 
+def batch_tokens(quick: bool = False, budgets: tuple[int, ...] = (1024, 2048, 4096)) -> dict[str, Any]:
+    """Texts/s of node encoding with token-budget batches vs fixed 64-input batches, same texts.
+
+    ``ours`` uses the MiniLM config default (``configs/encoder/minilm.yaml`` max_batch_tokens); the
+    other budgets are reported alongside so the default can be re-chosen on other hardware.
+    """
+    import torch
+
+    from canopy_lit.encoders import load_encoder
+
+    _, trees, h = _question_trees(4 if quick else 8)
+    texts = [h.node_text(t, i) for t in trees for i in range(len(t))]
+    encoder = load_encoder("minilm", batch_size=64)
+    default = _config_default("max_batch_tokens")
+
+    def run(budget: int | None) -> Callable[[], Any]:
+        def fn() -> Any:
+            encoder.max_batch_tokens = budget
+            with torch.inference_mode():
+                return encoder.encode_nodes(texts)
+
+        return fn
+
+    ref = run(None)().numpy()
+    err = float(np.abs(run(default)().numpy() - ref).max())
+    times: dict[str, float] = {}
+    for _ in range(2 if quick else 3):  # alternate every setting so load drift hits all alike
+        for budget in (None, *budgets):
+            times[str(budget)] = min(times.get(str(budget), float("inf")), best_time(run(budget), 1))
+    print(f"  batch_tokens: {len(texts)} node texts, max |diff| {err:.1e}, s by budget {times}", file=sys.stderr)
+    entry = _entry(len(texts) / times[str(default)], len(texts) / times["None"], 1.0, "texts/s")
+    entry["texts_per_s_by_budget"] = {k: len(texts) / v for k, v in times.items()}
+    entry["note"] = f"default max_batch_tokens={default} vs batch_size=64 without a budget, {len(texts)} node texts"
+    return entry
+
+
+def _config_default(key: str) -> Any:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.load(ROOT / "configs/encoder/minilm.yaml")[key]
+
+
 def index_costs(
     quick: bool = False,
     dims: tuple[int, ...] = (384, 2048),

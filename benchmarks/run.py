@@ -34,6 +34,7 @@ def registry() -> dict[str, Callable[[bool], dict[str, Any]]]:
         "refine_vs_reader": lambda q: refine.refine_vs_reader(q),
         "lazy_vs_eager": lambda q: refine.lazy_vs_eager(q),
         "encode_vs_raw": lambda q: retrieval.encode_vs_raw(quick=q),
+        "batch_tokens": lambda q: retrieval.batch_tokens(quick=q),
         "cache_speedup": lambda q: retrieval.cache_speedup(quick=q),
         "train_step_vs_raw": lambda q: train_step.run(quick=q),
         "faiss_vs_raw": lambda q: retrieval.faiss_vs_raw(quick=q),

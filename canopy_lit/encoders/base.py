@@ -82,6 +82,9 @@ class NodeEncoder(ABC, nn.Module):
         self.model: nn.Module  # the backbone, wrapped by peft once an adapter exists
         self._backbone_hash: str = ""
         self.batch_size = 64
+        # Inference batches hold at most this many padded tokens (None = ``batch_size`` inputs only):
+        # on CPU a batch of 64 x 256-token nodes is memory-bound and slower per token than small ones.
+        self.max_batch_tokens: int | None = None
 
     # ----------------------------------------------------------------- subclass hooks
     @abstractmethod
@@ -101,6 +104,22 @@ class NodeEncoder(ABC, nn.Module):
         self, r: int, alpha: int, dropout: float, target_modules: Sequence[str] | None, layers: Sequence[int] | None = None
     ) -> Any:
         """The peft ``LoraConfig`` for this backbone (``layers``: transformer layers that get LoRA; None = all)."""
+
+    def token_lengths(self, inputs: Sequence[EncoderInput]) -> list[int]:
+        """Tokens per input after truncation, for token-budget batching (default: the length proxy)."""
+        return [self.input_length(x) for x in inputs]
+
+    def batches(self, lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+        """Split positions (sorted longest first) into batches of <= ``batch_size`` inputs and, with
+        ``max_batch_tokens``, <= that many padded tokens (a batch pads to its first, longest input)."""
+        out: list[list[int]] = []
+        budget = self.max_batch_tokens
+        b = 0
+        while b < len(lengths):
+            n = batch_size if budget is None else max(1, min(batch_size, budget // max(1, int(lengths[b]))))
+            out.append(list(range(b, min(b + n, len(lengths)))))
+            b += n
+        return out
 
     def embed_sorted(self, batch: dict[str, torch.Tensor], chunk_size: int = 16) -> torch.Tensor:
         """``embed`` over length-sorted chunks, each trimmed to its own longest input.
@@ -233,13 +252,17 @@ class NodeEncoder(ABC, nn.Module):
         for i, k in enumerate(keys):
             if first[k] == len(uniq):
                 uniq.append(i)
-        order = sorted(range(len(uniq)), key=lambda j: -self.input_length(inputs[uniq[j]]))
+        if self.max_batch_tokens is None:
+            lengths = [self.input_length(inputs[i]) for i in uniq]
+        else:
+            lengths = self.token_lengths([inputs[i] for i in uniq])
+        order = sorted(range(len(uniq)), key=lambda j: -lengths[j])
         out = torch.empty(len(uniq), self.dim)
         was_training = self.model.training
         self.model.eval()
         try:
-            for b in range(0, len(order), bs):
-                chunk = order[b : b + bs]
+            for positions in self.batches([lengths[j] for j in order], bs):
+                chunk = [order[p] for p in positions]
                 batch = self.tokenize([inputs[uniq[j]] for j in chunk])
                 out[torch.tensor(chunk)] = self.embed(batch).float().cpu()
         finally:

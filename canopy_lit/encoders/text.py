@@ -34,8 +34,10 @@ class TextEncoder(NodeEncoder):
         backbone: ``"minilm"`` (bundled all-MiniLM-L6-v2), a local sentence-transformers folder or a hub id.
         max_seq_length: token cap per input; default = the folder's ``sentence_bert_config.json`` (256 for MiniLM).
         pooling: ``"mean"`` or ``"cls"``; default = the folder's ``1_Pooling/config.json``, else mean.
-        batch_size: inference batch size.
+        batch_size: inference batch size (inputs).
         device: torch device for the backbone.
+        max_batch_tokens: cap on padded tokens per inference batch (None = ``batch_size`` only); see
+            ``benchmarks/`` ``batch_tokens`` for the CPU measurement behind the config default.
     """
 
     def __init__(
@@ -45,6 +47,7 @@ class TextEncoder(NodeEncoder):
         pooling: str | None = None,
         batch_size: int = 64,
         device: str | torch.device = "cpu",
+        max_batch_tokens: int | None = None,
     ) -> None:
         super().__init__()
         from transformers import AutoModel, AutoTokenizer
@@ -65,6 +68,7 @@ class TextEncoder(NodeEncoder):
             raise ValueError(f"encoder.pooling must be 'mean' or 'cls', got {self.pooling!r}")
         self.dim = int(self.model.config.hidden_size)
         self.batch_size = batch_size
+        self.max_batch_tokens = max_batch_tokens
         self._backbone_hash = backbone_hash(local, f"{self.name}|{self.pooling}|{self.max_seq_length}")
         self.model.to(device)
 
@@ -89,6 +93,10 @@ class TextEncoder(NodeEncoder):
 
     def input_length(self, x: EncoderInput) -> int:
         return len(input_text(x))
+
+    def token_lengths(self, inputs: Sequence[EncoderInput]) -> list[int]:
+        ids = self.tokenizer([input_text(x) for x in inputs], truncation=True, max_length=self.max_seq_length)["input_ids"]
+        return [len(i) for i in ids]
 
     def tokenize(self, inputs: Sequence[EncoderInput]) -> dict[str, torch.Tensor]:
         """Padded ``input_ids`` / ``attention_mask`` (B, L), L <= max_seq_length."""

@@ -103,3 +103,17 @@ def test_adapter_round_trip(trained, tmp_path) -> None:
 def test_bad_adapter_folder_is_named(tmp_path) -> None:
     with pytest.raises(FileNotFoundError, match="not a peft adapter folder"):
         load_encoder("minilm", adapter=tmp_path)
+
+
+def test_token_budget_batches_bound_padded_tokens_and_keep_embeddings() -> None:
+    enc = load_encoder("minilm")
+    texts = ["short", "a somewhat longer sentence about the Eiffel Tower in Paris, France.", "mid length text"] * 7
+    texts += [" ".join(["word"] * 300)]  # truncated to max_seq_length
+    reference = enc.encode_nodes(texts)
+    enc.max_batch_tokens = 64
+    lengths = sorted(enc.token_lengths(texts), reverse=True)
+    assert lengths[0] == enc.max_seq_length
+    batches = enc.batches(lengths, batch_size=8)
+    assert [p for b in batches for p in b] == list(range(len(texts)))  # every input exactly once, in order
+    assert all(len(b) <= 8 and (len(b) == 1 or len(b) * lengths[b[0]] <= 64) for b in batches)
+    assert torch.allclose(enc.encode_nodes(texts), reference, atol=1e-5)
