@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from canopy_lit.data.readers._io import DataFormatError
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.supervision import Instance, instances_for
 from canopy_lit.types import Item, Question, Tree
@@ -124,7 +126,42 @@ def bundled_benchmarks() -> list[str]:
     return [name for name, spec in BENCHMARKS.items() if spec.bundled is not None]
 
 
-def load_benchmark(name: str, path: str | Path | None = None, **options: Any) -> Benchmark:
+def load_extra_items(path: str | Path, root: str | Path | None = None) -> list[Item]:
+    """``Item`` records (a JSON list, ``Item.to_dict`` layout) to add to a benchmark's pool.
+
+    Relative ``image`` / ``video.path`` fields resolve under ``root`` (default: the file's folder).
+    Raises ``DataFormatError`` naming the file and record for anything that is not a valid item.
+    """
+    path = Path(path)
+    base = Path(root) if root is not None else path.parent
+    try:
+        records = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise DataFormatError(path, f"not JSON ({err})") from err
+    if not isinstance(records, list):
+        raise DataFormatError(path, "expected a JSON list of item records")
+    items = []
+    for n, rec in enumerate(records):
+        try:
+            rec = dict(rec)
+            if rec.get("image") and not Path(rec["image"]).is_absolute():
+                rec["image"] = str(base / rec["image"])
+            video = rec.get("video")
+            if isinstance(video, dict) and video.get("path") and not Path(video["path"]).is_absolute():
+                rec["video"] = {**video, "path": str(base / video["path"])}
+            items.append(Item.from_dict(rec))
+        except (TypeError, ValueError, KeyError) as err:
+            raise DataFormatError(path, str(err), n, rec.get("id") if isinstance(rec, dict) else None) from err
+    return items
+
+
+def load_benchmark(
+    name: str,
+    path: str | Path | None = None,
+    extra_items: str | Path | None = None,
+    extra_items_root: str | Path | None = None,
+    **options: Any,
+) -> Benchmark:
     """Read a benchmark file (or the bundled sample when ``path`` is None).
 
     Args:
@@ -132,6 +169,9 @@ def load_benchmark(name: str, path: str | Path | None = None, **options: Any) ->
             tatqa, mmqa, lvbench, vragbench).
         path: a file in the benchmark's official format (HotpotQA also takes a folder
             of files; ``*train*`` files become the train split, others test).
+        extra_items: a JSON list of ``Item`` records added to the pool (e.g. the bundled photos as
+            image distractors next to LVBench videos; ``retrieval.scope=benchmark`` ranks them all).
+        extra_items_root: folder that relative media paths of ``extra_items`` resolve under.
         **options: reader options (e.g. OTT-QA ``tables``, LVBench ``video_root``);
             relative paths in the registry defaults resolve under the data folder.
 
@@ -163,4 +203,11 @@ def load_benchmark(name: str, path: str | Path | None = None, **options: Any) ->
         )
     bench = spec.reader(Path(path), **kwargs)
     bench.meta.setdefault("path", str(path))
+    if extra_items is not None:
+        extra = load_extra_items(extra_items, extra_items_root)
+        clash = sorted(i.id for i in extra if i.id in bench.items)
+        if clash:
+            raise ValueError(f"{extra_items}: item ids already in {key!r}: {clash[:5]}")
+        bench.items.update({i.id: i for i in extra})
+        bench.meta["extra_items"] = str(extra_items)
     return bench

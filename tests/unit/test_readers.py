@@ -281,3 +281,19 @@ def test_fixed_splits_are_kept_and_val_is_carved_from_train() -> None:
     assert set(list(assigned.values())[:n]) == {"train", "val"}
     with pytest.raises(ValueError, match="split must be"):
         split_questions(bench, "dev")
+
+
+def test_extra_items_join_the_pool_with_media_paths_resolved(tmp_path) -> None:
+    import json
+
+    from canopy_lit.data.benchmark import load_extra_items
+
+    good = tmp_path / "items.json"
+    good.write_text(json.dumps([{"id": "img1", "modality": "image", "image": "photos/a.png"}]))
+    (item,) = load_extra_items(good, root="/media")
+    assert item.id == "img1" and item.image == "/media/photos/a.png"
+    assert load_extra_items(good)[0].image == str(tmp_path / "photos/a.png")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"id": "ok", "modality": "image", "image": "a.png"}, {"id": "x", "modality": "image"}]))
+    with pytest.raises(DataFormatError, match=r"bad\.json, record 1 \(id 'x'\)"):
+        load_extra_items(bad)
