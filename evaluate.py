@@ -1,19 +1,38 @@
 """Evaluate CANOPY, its baselines and ablations: ``python evaluate.py experiment=NAME [overrides]``.
 
 Writes predictions.jsonl (resumable), metrics.json and table.md into the run dir.
+Exit status: 0 done; 1 the run failed (unreadable data, run folder in use, LLM backend down:
+one line on stderr saying why, records kept for a resume); 2 an invalid config (nothing ran).
 """
 
 from __future__ import annotations
 
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
+from canopy_lit.data.readers._io import DataFormatError
 from canopy_lit.eval.evaluate import evaluate
+from canopy_lit.eval.harness import RunFailed, notify
+from canopy_lit.eval.records import RunLocked
+from canopy_lit.schema import USAGE_ERROR, ConfigError
+
+
+def _exit(status: int, lines: list[str]) -> None:
+    for line in lines:
+        notify(f"evaluate.py: error: {line}")
+    sys.exit(status)
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="evaluate")
 def main(cfg: DictConfig) -> float | None:
-    metrics = evaluate(cfg)
+    try:
+        metrics = evaluate(cfg)
+    except ConfigError as err:
+        _exit(USAGE_ERROR, err.problems)
+    except (RunFailed, RunLocked, DataFormatError, FileNotFoundError) as err:
+        _exit(1, [str(err)])
     # A scalar for Hydra sweepers: answer F1 for QA runs, decision accuracy for probes.
     return metrics.get("eval/f1", metrics.get("probe/decision_accuracy"))
 

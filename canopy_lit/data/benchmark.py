@@ -6,7 +6,7 @@ import inspect
 import json
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,27 @@ class Benchmark:
 
     def __repr__(self) -> str:
         return f"Benchmark({self.name!r}, questions={len(self.questions)}, items={len(self.items)})"
+
+    def skip_metrics(self, prefix: str = "data/skipped") -> dict[str, float]:
+        """``{prefix}/<reason>: count`` of everything the reader skipped (for metrics.json)."""
+        return {f"{prefix}/{reason}": float(n) for reason, n in sorted(self.skipped.items()) if n}
+
+    def skip_messages(self) -> list[str]:
+        """One line per skip reason, naming the benchmark's file: what a user must be told."""
+        where = self.meta.get("path", self.name)
+        return [
+            f"{self.name} ({where}): skipped {n} x {reason}" for reason, n in sorted(self.skipped.items()) if n
+        ]
+
+    def require(self, questions: Sequence[Question], what: str = "usable questions") -> None:
+        """Raise ``DataFormatError`` naming the file when ``questions`` is empty (nothing to evaluate)."""
+        if questions:
+            return
+        skipped = ", ".join(f"{r}: {n}" for r, n in sorted(self.skipped.items()) if n) or "none"
+        raise DataFormatError(
+            self.meta.get("path", self.name),
+            f"no {what} ({len(self.questions)} question(s) read in all splits; skipped records: {skipped})",
+        )
 
     def trees(self, hierarchy: Hierarchy, item_ids: Iterable[str]) -> dict[str, Tree]:
         """Trees of the given items under ``hierarchy`` (one build per item)."""
@@ -88,7 +109,7 @@ class BenchmarkSpec:
 
 
 # Readers import ``Benchmark`` from this module, which is defined above this line.
-from canopy_lit.data.readers import hotpotqa, lvbench, mmqa, nq, ottqa, tatqa, vragbench  # noqa: E402
+from canopy_lit.data.readers import hf, hotpotqa, lvbench, mmqa, nq, ottqa, tatqa, vragbench  # noqa: E402
 
 BENCHMARKS: dict[str, BenchmarkSpec] = {
     "hotpotqa": BenchmarkSpec(
@@ -118,6 +139,9 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
         {"video_root": "lvbench/videos"},
     ),
     "vragbench": BenchmarkSpec(vragbench.read, None, "V-RAGBench-style <query, evidence clip, answer> JSONL"),
+    "hf": BenchmarkSpec(
+        hf.read, None, "Hugging Face dataset on disk (save_to_disk / parquet / JSONL; layout=hotpotqa|nq|2wikimultihopqa|musique)"
+    ),
 }
 
 
@@ -168,7 +192,9 @@ def load_benchmark(
         name: a key of ``BENCHMARKS`` (hotpotqa, 2wikimultihopqa, musique, nq, ottqa,
             tatqa, mmqa, lvbench, vragbench).
         path: a file in the benchmark's official format (HotpotQA also takes a folder
-            of files; ``*train*`` files become the train split, others test).
+            of files; ``*train*`` files become the train split, others test), or, for hotpotqa,
+            nq, 2wikimultihopqa and musique, a Hugging Face ``save_to_disk`` folder or parquet
+            file(s) in the hub layout (``readers/hf.py``; ``name="hf"`` with ``layout=`` also reads JSONL).
         extra_items: a JSON list of ``Item`` records added to the pool (e.g. the bundled photos as
             image distractors next to LVBench videos; ``retrieval.scope=benchmark`` ranks them all).
         extra_items_root: folder that relative media paths of ``extra_items`` resolve under.
@@ -183,6 +209,9 @@ def load_benchmark(
     if key not in BENCHMARKS:
         raise KeyError(f"unknown benchmark {name!r}; known: {', '.join(sorted(BENCHMARKS))}")
     spec = BENCHMARKS[key]
+    if path is not None and key in hf.LAYOUTS and hf.is_hf_dataset(path):
+        # A save_to_disk folder or parquet files in the hub layout of this benchmark: same questions and gold.
+        spec = BenchmarkSpec(hf.read, None, spec.description, {"name": key})
     data_dir = project_data_dir()
     if path is None:
         if spec.bundled is None:

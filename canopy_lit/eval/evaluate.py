@@ -1,4 +1,4 @@
-"""``evaluate(cfg) -> metrics``: the body of ``python evaluate.py`` (QA pipeline, refinement probe, retrieval).
+"""``evaluate(cfg) -> metrics``: ``python evaluate.py`` (QA pipeline, refinement probe, evidence, retrieval).
 
 Thin and linear: read the benchmark split, build the configured stages, run every
 question durably, summarise. All stage choices come from the config groups.
@@ -15,7 +15,8 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from canopy_lit.eval.harness import run_questions, write_run_outputs
+from canopy_lit.eval.harness import RunFailed, notify, run_questions, write_run_outputs
+from canopy_lit.eval.records import RunLock
 from canopy_lit.eval.summary import markdown_table, summarize
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.pipeline.trace import STAGES
@@ -28,8 +29,11 @@ def load_questions(cfg: DictConfig):
     from canopy_lit.data import load_split
 
     bench, questions = load_split(**OmegaConf.to_container(cfg.data, resolve=True))
+    for line in bench.skip_messages():  # never silent: stderr, evaluate.log and metrics.json (data/skipped/*)
+        notify(line)
     if cfg.get("limit"):
         questions = questions[: int(cfg.limit)]
+    bench.require(questions, f"usable questions in split {cfg.data.get('split')!r}")
     return bench, questions
 
 
@@ -51,17 +55,18 @@ def _setting(cfg: DictConfig) -> str:
 
 
 def run_probe(cfg: DictConfig, out_dir: Path) -> dict[str, float]:
-    from canopy_lit.eval.probe import RefinementProbe
+    from canopy_lit.eval.probe import RefinementProbe, gold_questions
     from canopy_lit.pipeline.scoring import NodeScorer
 
     bench, questions = load_questions(cfg)
+    bench.require(gold_questions(questions, bench.items), "questions with located gold evidence to probe")
     hierarchy: Hierarchy = instantiate(cfg.tree)
     probe = RefinementProbe(hierarchy, NodeScorer(load_encoder_from_cfg(cfg), hierarchy))
     from rich.progress import track
 
     for q in track(questions, description="probe", disable=not cfg.get("progress", True)):
         probe.add(q, bench.items, bench.candidates.get(q.id, ()))
-    metrics = probe.metrics()
+    metrics = {**probe.metrics(), **bench.skip_metrics()}
     with (out_dir / "probe_nodes.jsonl").open("w", encoding="utf-8") as fh:
         fh.writelines(json.dumps(r) + "\n" for r in probe.node_rows)
     cols = ["decision_accuracy", "gold_recall", "pruned_share", "kept_token_ratio", "distractor_kept_token_ratio", "n_nodes"]
@@ -77,18 +82,27 @@ def run_qa(cfg: DictConfig, out_dir: Path) -> dict[str, float]:
 
     bench, questions = load_questions(cfg)
     loop = build_loop(cfg, bench)
-    records = run_questions(
-        questions,
-        loop.run,
-        out_dir,
-        concurrency=int(cfg.get("concurrency", 1)),
-        retry_failed=bool(cfg.get("retry_failed", False)),
-        progress=bool(cfg.get("progress", True)),
-    )
-    metrics = summarize(records)
-    cols = ["eval/n", "eval/failed", "eval/em", "eval/f1", "eval/accuracy", "eval/evidence_tokens", "eval/llm_calls", "eval/rounds", "eval/duplicate_rate", "eval/latency_s"]
+    stopped: RunFailed | None = None
+    try:
+        records = run_questions(
+            questions,
+            loop.run,
+            out_dir,
+            concurrency=int(cfg.get("concurrency", 1)),
+            retry_failed=bool(cfg.get("retry_failed", False)),
+            progress=bool(cfg.get("progress", True)),
+            max_consecutive_failures=int(cfg.get("max_consecutive_failures", 5)),
+        )
+    except RunFailed as err:  # metrics of what ran, then the caller exits non-zero
+        stopped, records = err, err.records
+    metrics = {**summarize(records), **bench.skip_metrics()}
+    if stopped is not None:
+        metrics["eval/not_run"] = float(stopped.not_run)
+    cols = ["eval/n", "eval/failed", "eval/em", "eval/f1", "eval/accuracy", "eval/evidence_tokens", "eval/llm_calls", "eval/rounds", "eval/followup_duplicate_rate", "eval/duplicate_rate_all_rounds", "eval/latency_s"]
     row = {"method": cfg.method.name, "benchmark": cfg.data.name, **{c: metrics.get(c) for c in cols}}
     write_run_outputs(out_dir, metrics, markdown_table([row], ["method", "benchmark", *[c for c in cols if c in metrics]], _setting(cfg)))
+    if stopped is not None:
+        raise stopped
     return metrics
 
 
@@ -115,9 +129,22 @@ def print_summary(metrics: dict[str, float], console: Console | None = None) -> 
 
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:
-    """Run the configured evaluation into ``cfg.paths.output_dir``; return its flat metrics."""
+    """Run the configured evaluation into ``cfg.paths.output_dir``; return its flat metrics.
+
+    Raises:
+        ConfigError: an invalid config (checked before any work). RunLocked: another live
+            evaluation holds the run folder. RunFailed: the LLM backend kept failing (metrics written).
+        DataFormatError: unreadable data, or no usable question (names the file).
+    """
+    from canopy_lit.schema import validate_eval_config
+
+    validate_eval_config(cfg)
     out_dir = Path(cfg.paths.output_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    with RunLock(out_dir):  # a second evaluation into this folder must not redo (and double) every question
+        return _evaluate(cfg, out_dir)
+
+
+def _evaluate(cfg: DictConfig, out_dir: Path) -> dict[str, float]:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per local tokenize call otherwise
     mode = cfg.get("mode", "qa")
     if mode == "retrieval":
@@ -126,6 +153,10 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         metrics = evaluate_retrieval(cfg, out_dir=out_dir)
     elif mode == "probe":
         metrics = run_probe(cfg, out_dir)
+    elif mode == "evidence":
+        from canopy_lit.eval.evidence import run_evidence  # the QA stages, one round, no LLM
+
+        metrics = run_evidence(cfg, out_dir)
     elif mode == "qa" and cfg.method.name == "carve":
         from canopy_lit.carve import evaluate_carve  # CARVE has its own two-stage video pipeline
 
@@ -133,7 +164,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     elif mode == "qa":
         metrics = run_qa(cfg, out_dir)
     else:
-        raise ValueError(f"unknown mode {mode!r}: expected qa | probe | retrieval")
+        raise ValueError(f"unknown mode {mode!r}: expected qa | probe | evidence | retrieval")
     if cfg.get("progress", True):
         print_summary(metrics)
     return metrics

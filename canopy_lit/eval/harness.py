@@ -1,13 +1,16 @@
 """Resumable evaluation over a question list: one durable record per question, metrics, table.
 
 Failures are data: a question whose pipeline raises (an LLM that keeps failing, a
-missing file) is recorded with ``status: failed`` and the error, and the run goes on.
+missing file) is recorded with ``status: failed`` and the error (secrets redacted), and the
+run goes on, unless ``max_consecutive_failures`` backend failures come in a row or every
+question failed: then ``RunFailed`` stops it (the records written stay, for a resume).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -26,6 +29,7 @@ from rich.progress import (
 
 from canopy_lit.eval.records import RecordLog
 from canopy_lit.eval.summary import score_record, summarize
+from canopy_lit.llm.base import LLMError, redact
 from canopy_lit.pipeline.trace import QuestionRecord
 from canopy_lit.types import Question
 
@@ -34,11 +38,37 @@ log = logging.getLogger(__name__)
 AnswerFn = Callable[[Question], QuestionRecord]
 
 
+class RunFailed(RuntimeError):
+    """The run stopped because its backend keeps failing (or every question failed).
+
+    Attributes:
+        records: the records of the run's questions written so far (failed ones included).
+        not_run: questions never attempted.
+    """
+
+    def __init__(self, message: str, records: list[dict[str, Any]], not_run: int) -> None:
+        super().__init__(message)
+        self.records = records
+        self.not_run = not_run
+
+
+def notify(message: str, level: int = logging.WARNING) -> None:
+    """A line for the user on stderr, also written to the run's log file (not again to the console)."""
+    print(message, file=sys.stderr, flush=True)
+    record = log.makeRecord(log.name, level, __file__, 0, message, None, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler) and record.levelno >= handler.level:
+            handler.handle(record)
+
+
 def failed_record(q: Question, err: BaseException) -> dict[str, Any]:
     """A failed question scores 0 on its benchmark's metrics (so they exist even if every question failed)."""
-    rec = QuestionRecord(q.id, q.text, list(q.answers), q.benchmark, status="failed", error=f"{type(err).__name__}: {err}")
+    error = redact(f"{type(err).__name__}: {err}")
+    rec = QuestionRecord(q.id, q.text, list(q.answers), q.benchmark, status="failed", error=error)
     rec.scores = {"accuracy": 0.0} if q.choices else {"em": 0.0, "f1": 0.0}
-    return rec.to_dict()
+    out = rec.to_dict()
+    out["backend_failure"] = isinstance(err, LLMError)
+    return out
 
 
 def run_questions(
@@ -50,6 +80,8 @@ def run_questions(
     retry_failed: bool = False,
     progress: bool = True,
     console: Console | None = None,
+    score: Callable[[dict[str, Any], Question], dict[str, float]] | None = None,
+    max_consecutive_failures: int = 5,
 ) -> list[dict[str, Any]]:
     """Answer every question not yet in ``out_dir/predictions.jsonl``; return the records of ``questions``.
 
@@ -59,6 +91,13 @@ def run_questions(
         out_dir: run folder; ``predictions.jsonl`` is appended and fsynced per question.
         concurrency: questions in flight at once (>1 only for server LLM backends).
         retry_failed: run again the questions recorded as failed.
+        score: ``(record, question) -> scores`` (default: EM / F1 or accuracy of the prediction).
+        max_consecutive_failures: stop submitting after this many backend failures (``LLMError``)
+            in a row (0 = never); questions in flight still finish and are recorded.
+
+    Raises:
+        RunFailed: after such a stop, or when every question of the run is recorded as failed.
+            Failed questions stay recorded; a rerun with ``retry_failed=True`` runs them again.
     """
     ids = [q.id for q in questions]
     if len(set(ids)) != len(ids):
@@ -73,11 +112,16 @@ def run_questions(
     def one(q: Question) -> dict[str, Any]:
         try:
             rec = answer(q).to_dict()
-            rec["scores"] = score_record(rec, len(q.choices) if q.choices else None)
+            rec["scores"] = score(rec, q) if score else score_record(rec, len(q.choices) if q.choices else None)
         except Exception as err:  # a failed question is recorded, never fatal for the run
-            log.warning("question %s failed: %s", q.id, err)
             rec = failed_record(q, err)
+            log.warning("question %s failed: %s", q.id, rec["error"])
         return rec
+
+    streak: list[dict[str, Any]] = []  # the current run of consecutive backend failures
+
+    def stop() -> bool:
+        return 0 < max_consecutive_failures <= len(streak)
 
     cols = (
         TextColumn("[bold]{task.description}"),
@@ -93,34 +137,55 @@ def run_questions(
         def done(rec: dict[str, Any]) -> None:
             with lock:
                 logbook.append(rec)
+                streak[:] = [*streak, rec] if rec.get("backend_failure") else []
                 s = rec.get("scores") or {}
                 running["n"] += 1
-                for key, name in (("em", "em"), ("f1", "f1"), ("acc", "accuracy")):
-                    running[key] += s.get(name, 0.0)
+                for key, name in (("em", "em"), ("f1", "f1"), ("acc", "accuracy"), ("ans", "answer_recall")):
+                    running[key] = running.get(key, 0.0) + s.get(name, 0.0)
                 running["tok"] += rec.get("evidence_tokens", 0)
                 n = running["n"]
                 stats = (
                     f"acc {running['acc'] / n:.3f}"
                     if "accuracy" in s
+                    else f"answer recall {running['ans'] / n:.3f}"  # evidence runs (no prediction)
+                    if score is not None
                     else f"EM {running['em'] / n:.3f} F1 {running['f1'] / n:.3f}"
                 ) + f" tok {running['tok'] / n:.0f}"
                 bar.update(task, advance=1, stats=stats)
 
+        attempted = 0
         if concurrency <= 1:
             for q in todo:
+                if stop():
+                    break
+                attempted += 1
                 done(one(q))
         else:
             with ThreadPoolExecutor(concurrency) as pool:
                 pending: set[Future] = set()
                 queue = list(reversed(todo))
-                while queue or pending:
-                    while queue and len(pending) < concurrency:  # bounded in-flight work
+                while (queue and not stop()) or pending:
+                    while queue and len(pending) < concurrency and not stop():  # bounded in-flight work
+                        attempted += 1
                         pending.add(pool.submit(one, queue.pop()))
                     finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                     for fut in finished:
                         done(fut.result())
         wanted = set(ids)
-        return [r for r in logbook.records() if r["id"] in wanted]
+        records = [r for r in logbook.records() if r["id"] in wanted]
+    failed = sum(r.get("status") == "failed" for r in records)
+    advice = "rerun the same command with retry_failed=true to run the failed questions again"
+    if stop():
+        raise RunFailed(
+            f"stopped after {len(streak)} consecutive backend failures (last: {streak[-1]['error']}); "
+            f"{failed} of {len(questions)} questions failed, {len(todo) - attempted} not run; {advice}",
+            records,
+            len(todo) - attempted,
+        )
+    if records and failed == len(records):
+        last = records[-1].get("error")
+        raise RunFailed(f"all {failed} questions failed (last: {last}); {advice}", records, 0)
+    return records
 
 
 def write_run_outputs(out_dir: str | Path, metrics: dict[str, float], table: str) -> None:
@@ -133,4 +198,4 @@ def write_run_outputs(out_dir: str | Path, metrics: dict[str, float], table: str
         tmp.replace(out / name)
 
 
-__all__ = ["run_questions", "summarize", "write_run_outputs"]
+__all__ = ["RunFailed", "notify", "run_questions", "summarize", "write_run_outputs"]

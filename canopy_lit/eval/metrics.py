@@ -1,4 +1,4 @@
-"""Answer metrics (SQuAD-normalised EM / F1, multiple-choice accuracy) and bootstrap confidence intervals."""
+"""Answer metrics (SQuAD-normalised EM / F1, BERGEN Match, multiple-choice accuracy) and bootstrap CIs (scipy)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
+from scipy import stats
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = set(string.punctuation)
@@ -24,8 +25,17 @@ def exact_match(prediction: str, answers: Sequence[str]) -> float:
     return float(any(pred == normalize_answer(a) for a in answers))
 
 
+# hotpot_evaluate_v1.py: a yes / no / noanswer on either side scores F1 0 unless both are equal
+# (token overlap would give "yes it is" half credit against "yes"). Applied to every benchmark:
+# only answers that normalise to exactly these words are affected, and for them overlap is meaningless.
+_CLOSED_ANSWERS = {"yes", "no", "noanswer"}
+
+
 def _f1(pred: str, gold: str) -> float:
-    p, g = normalize_answer(pred).split(), normalize_answer(gold).split()
+    pn, gn = normalize_answer(pred), normalize_answer(gold)
+    if (pn in _CLOSED_ANSWERS or gn in _CLOSED_ANSWERS) and pn != gn:
+        return 0.0
+    p, g = pn.split(), gn.split()
     if not p or not g:
         return float(p == g)
     common = Counter(p) & Counter(g)
@@ -41,27 +51,102 @@ def f1_score(prediction: str, answers: Sequence[str]) -> float:
     return max((_f1(prediction, a) for a in answers), default=0.0)
 
 
-_LETTER = re.compile(r"\(?\b([A-Z])\b\)?")
-
-
 def choice_letter(prediction: str, n_choices: int = 4) -> str | None:
-    """The option letter a reader chose: '(B)', 'B', 'Answer: B.' -> 'B'; None if no valid letter."""
-    valid = {chr(ord("A") + i) for i in range(n_choices)}
-    for m in _LETTER.finditer(prediction.strip().upper()):
-        if m.group(1) in valid:
-            return m.group(1)
-    return None
+    """The option letter a reader chose: '(B)', 'B', 'Answer: B.' -> 'B'; None if no letter parses.
+
+    The same rules as the reader's parser (``canopy_lit.llm.parsing.find_choice_letter``), so an
+    answer in words ("a man rides a horse") is never read as option A.
+    """
+    from canopy_lit.llm.parsing import find_choice_letter
+
+    return find_choice_letter(prediction, n_choices)
 
 
 def choice_accuracy(prediction: str, answer_letter: str, n_choices: int = 4) -> float:
-    return float(choice_letter(prediction, n_choices) == answer_letter.strip().strip("()").upper())
+    """1 when the parsed letter is the gold one; an unparsed prediction scores 0."""
+    letter = choice_letter(prediction, n_choices)
+    return float(letter is not None and letter == answer_letter.strip().strip("()").upper())
 
 
-def bootstrap_ci(values: Sequence[float], n_boot: int = 1000, alpha: float = 0.05, seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap CI of the mean (deterministic for a given seed)."""
+def match_score(prediction: str, answers: Sequence[str]) -> float:
+    """Match (BERGEN): 1 if some normalised gold answer is a substring of the normalised prediction.
+
+    Plain substring on SQuAD-normalised strings, as BERGEN computes it (so "1" matches "1990");
+    gold answers that normalise to "" never match.
+    """
+    pred = normalize_answer(prediction)
+    return float(any(g and g in pred for g in (normalize_answer(a) for a in answers)))
+
+
+def _ci(
+    data: tuple[np.ndarray, ...], statistic, n_boot: int, alpha: float, seed: int, method: str, paired: bool
+) -> tuple[float, float]:
+    """``scipy.stats.bootstrap`` CI; a zero-width CI at the point estimate when no resample can differ."""
+    point = float(statistic(*data, axis=-1))
+    n = len(data[0])
+    if n < 2 or all(np.ptp(d) == 0 for d in data) or (paired and np.ptp(data[0] - data[1]) == 0):
+        return point, point  # every resample has the same statistic (scipy would warn and return nan)
+    res = stats.bootstrap(
+        data,
+        statistic,
+        n_resamples=n_boot,
+        confidence_level=1 - alpha,
+        method=method,
+        paired=paired,
+        vectorized=True,
+        rng=np.random.default_rng(seed),
+    )
+    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    if not (np.isfinite(lo) and np.isfinite(hi)) and method.lower() == "bca":
+        # BCa is undefined when the jackknife has no spread (e.g. one differing value): percentile then.
+        return _ci(data, statistic, n_boot, alpha, seed, "percentile", paired)
+    return lo, hi
+
+
+def _mean(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(x, axis=axis)
+
+
+def _mean_diff(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(a - b, axis=axis)
+
+
+def bootstrap_ci(
+    values: Sequence[float], n_boot: int = 1000, alpha: float = 0.05, seed: int = 0, method: str = "BCa"
+) -> tuple[float, float]:
+    """(1 - alpha) bootstrap CI of the mean via ``scipy.stats.bootstrap`` (deterministic for a seed).
+
+    Args:
+        values: (n,) per-question scores.
+        method: ``BCa`` (scipy's default: corrects bias and skew, e.g. scores near 0 or 1) or ``percentile``.
+
+    Returns (nan, nan) for no values and (mean, mean) when n < 2 or every value is equal.
+    """
     x = np.asarray(values, dtype=float)
     if len(x) == 0:
         return (float("nan"), float("nan"))
-    rng = np.random.default_rng(seed)
-    means = x[rng.integers(0, len(x), size=(n_boot, len(x)))].mean(axis=1)
-    return float(np.quantile(means, alpha / 2)), float(np.quantile(means, 1 - alpha / 2))
+    return _ci((x,), _mean, n_boot, alpha, seed, method, paired=False)
+
+
+def paired_bootstrap_ci(
+    a: Sequence[float],
+    b: Sequence[float],
+    n_boot: int = 1000,
+    alpha: float = 0.05,
+    seed: int = 0,
+    method: str = "BCa",
+) -> tuple[float, float]:
+    """(1 - alpha) CI of mean(a - b) for two systems scored on the same questions (paired resampling).
+
+    Args:
+        a, b: (n,) per-question scores of the two systems, in the same question order.
+
+    A CI that excludes 0 is a difference the bootstrap supports; pairing removes the between-question
+    variance that two independent CIs would double count. Raises ValueError on unequal lengths.
+    """
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(f"paired_bootstrap_ci needs two 1-D score lists of equal length, got {x.shape} and {y.shape}")
+    if len(x) == 0:
+        return (float("nan"), float("nan"))
+    return _ci((x, y), _mean_diff, n_boot, alpha, seed, method, paired=True)

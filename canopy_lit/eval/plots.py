@@ -111,6 +111,73 @@ def plot_quality_vs_tokens(runs: Sequence[Run], path: str | Path) -> Path | None
     return _save(fig, Path(path))
 
 
+# --- evidence runs: answer recall vs evidence tokens -----------------------------------------------
+
+
+def plot_answer_recall_vs_tokens(runs: Sequence[Run], path: str | Path) -> Path | None:
+    """Answer recall of the kept evidence vs its reader tokens (``mode: evidence`` runs).
+
+    One panel per benchmark (rows) and branching factor B (columns); one curve per method
+    (refiner + scorer, plus any other varying setting) over k; error bars are the 95% bootstrap
+    CIs of both quantities. Returns None when no evidence run reports answer recall.
+    """
+    from canopy_lit.eval.tables import evidence_label
+
+    ev = [r for r in runs if r.mode == "evidence" and r.metric("evidence/answer_recall") is not None]
+    if not ev:
+        return None
+    axes = [a for a in split_settings(ev)[0] if a not in ("k", "B", "refine", "scorer")]
+
+    def label(r: Run) -> str:
+        extra = [f"{a}={_value(r.setting(a))}" for a in axes]
+        return evidence_label(r) + (f" ({', '.join(extra)})" if extra else "")
+
+    benches = sorted({r.benchmark for r in ev})
+    bs = sorted({_value(r.setting("B")) for r in ev}, key=lambda b: (len(b), b))
+    systems = sorted({label(r) for r in ev})
+    cmap = {s: f"C{i % 10}" for i, s in enumerate(systems)}
+    fig = Figure(figsize=(4.8 * len(bs), 3.7 * len(benches)))
+    grid = fig.subplots(len(benches), len(bs), squeeze=False)
+    for i, b in enumerate(benches):
+        for j, bb in enumerate(bs):
+            ax = grid[i][j]
+            for s in systems:
+                pts = sorted(
+                    (float(r.setting("k") or 0), r)
+                    for r in ev
+                    if r.benchmark == b and _value(r.setting("B")) == bb and label(r) == s
+                )
+                if not pts:
+                    continue
+                xs = np.array([r.metric("evidence/tokens") or 0.0 for _, r in pts])
+                ys = np.array([100 * (r.metric("evidence/answer_recall") or 0.0) for _, r in pts])
+
+                def err(key: str, centre: np.ndarray, scale: float, rs=pts) -> np.ndarray:
+                    lo = np.array([r.metric(f"{key}_ci_low") for _, r in rs], dtype=float) * scale
+                    hi = np.array([r.metric(f"{key}_ci_high") for _, r in rs], dtype=float) * scale
+                    return np.nan_to_num(np.stack([centre - lo, hi - centre]).clip(min=0))
+
+                ax.errorbar(xs, ys, yerr=err("evidence/answer_recall", ys, 100.0), xerr=err("evidence/tokens", xs, 1.0),
+                            fmt="-o", ms=4, capsize=2, color=cmap[s], label=s)  # fmt: skip
+                for (k, _), x, y in zip(pts, xs, ys):
+                    ax.annotate(f"k={k:g}", (x, y), textcoords="offset points", xytext=(4, -9), fontsize=6)
+            ax.set_title(f"{b}" + (f", B={bb}" if bb else ""))
+            ax.set_xlabel("evidence tokens per question (reader tokenizer)")
+            ax.set_ylabel("answer recall (%)")
+            ax.grid(alpha=0.3)
+    handles, labels = grid[0][0].get_legend_handles_labels()
+    seen = dict(zip(labels, handles))
+    for ax in grid.ravel()[1:]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    rows = (len(seen) - 1) // 3
+    fig.legend(list(seen.values()), list(seen.keys()), loc="lower center", ncol=min(3, len(seen)), frameon=False,
+               bbox_to_anchor=(0.5, -0.02 - 0.03 * rows))  # fmt: skip
+    fig.suptitle("Answer recall of the kept evidence vs its tokens (95% bootstrap CIs)")
+    fig.tight_layout(rect=(0, 0.06 + 0.03 * rows, 1, 1))
+    return _save(fig, Path(path))
+
+
 # --- probe: decision accuracy per depth -----------------------------------------------------------
 
 
@@ -295,6 +362,7 @@ def plot_root_relative_scores(runs: Sequence[Run], path: str | Path) -> Path | N
 
 PLOTS = {
     "quality_vs_tokens": plot_quality_vs_tokens,
+    "answer_recall_vs_tokens": plot_answer_recall_vs_tokens,
     "probe_depth_accuracy": plot_probe_depth_accuracy,
     "decisions_by_modality": plot_decisions_by_modality,
     "root_relative_scores": plot_root_relative_scores,

@@ -34,6 +34,11 @@ def _words(text: str) -> int:
     return len(text.split())
 
 
+def gold_questions(questions: Iterable[Question], items: Mapping[str, Item]) -> list[Question]:
+    """The questions the probe can use: those with at least one located gold item in ``items``."""
+    return [q for q in questions if any(g and iid in items for iid, g in q.gold.items())]
+
+
 class RefinementProbe:
     """Accumulates probe statistics question by question.
 
@@ -56,6 +61,7 @@ class RefinementProbe:
         self.kept_tokens = [0, 0]  # gold: kept, whole
         self.distractor_tokens = [0, 0]
         self.questions = 0
+        self.skipped_no_gold = 0  # questions without a located gold item (nothing to probe)
         self.node_rows: list[dict[str, Any]] = []  # per-node scores for plots
         self.nodes_encoded = 0  # nodes sent to the encoder (distractor trees are scored lazily)
         self.nodes_in_trees = 0
@@ -71,6 +77,7 @@ class RefinementProbe:
         q = self.scorer.embed_query(question.text)
         gold = {iid: g for iid, g in question.gold.items() if g and iid in items}
         if not gold:
+            self.skipped_no_gold += 1
             return
         self.questions += 1
         others = [i for i in dict.fromkeys(distractors) if i not in gold and i in items]
@@ -122,6 +129,7 @@ class RefinementProbe:
         all_dec = [d for ds in self.decisions.values() for d in ds]
         out = {
             f"{prefix}/n_questions": float(self.questions),
+            f"{prefix}/skipped/no_located_gold": float(self.skipped_no_gold),
             f"{prefix}/n_items": float(self.items),
             f"{prefix}/n_nodes": float(len(all_dec)),
             f"{prefix}/decision_accuracy": float(np.mean(all_dec)) if all_dec else float("nan"),

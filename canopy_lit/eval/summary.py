@@ -7,16 +7,54 @@ from typing import Any
 
 import numpy as np
 
-from canopy_lit.eval.metrics import bootstrap_ci, choice_accuracy, exact_match, f1_score
+from canopy_lit.eval.metrics import (
+    bootstrap_ci,
+    choice_accuracy,
+    choice_letter,
+    exact_match,
+    f1_score,
+    match_score,
+)
 from canopy_lit.pipeline.trace import STAGES
 
 
 def score_record(rec: Mapping[str, Any], choices: int | None = None) -> dict[str, float]:
-    """EM / F1 for open answers, accuracy for multiple choice (``choices`` = number of options)."""
+    """EM / F1 / Match (gold contained in the prediction) for open answers, accuracy for multiple choice.
+
+    Multiple choice also records ``unparsed_choice`` (1 when no option letter could be read: the
+    question scores 0, and the share of such replies is reported as ``eval/unparsed_choice``).
+    """
     pred, answers = rec.get("prediction") or "", rec.get("answers") or []
     if choices:
-        return {"accuracy": choice_accuracy(pred, answers[0] if answers else "", choices)}
-    return {"em": exact_match(pred, answers), "f1": f1_score(pred, answers)}
+        return {
+            "accuracy": choice_accuracy(pred, answers[0] if answers else "", choices),
+            "unparsed_choice": float(choice_letter(pred, choices) is None),
+        }
+    return {"em": exact_match(pred, answers), "f1": f1_score(pred, answers), "match": match_score(pred, answers)}
+
+
+def duplicate_rates(records: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """Shares of retrieved items that were already held, pooled over questions.
+
+    ``followup_duplicate_rate``: duplicates / items retrieved in rounds >= 2 (the paper's figure;
+    absent when no question reached a second round). ``duplicate_rate_all_rounds``: the same over
+    every round, round 1 included (it has no duplicates, so this is always the lower of the two).
+    """
+    retrieved = [0, 0]  # [round 1, rounds >= 2]
+    dups = [0, 0]
+    for r in records:
+        for i, rd in enumerate(r.get("rounds") or []):
+            retrieved[i > 0] += len(rd.get("retrieved") or [])
+            dups[i > 0] += int(rd.get("duplicates") or 0)
+    total = sum(retrieved)
+    out = {"duplicate_rate_all_rounds": sum(dups) / total if total else 0.0}
+    if retrieved[1]:
+        out["followup_duplicate_rate"] = dups[1] / retrieved[1]
+    return out
+
+
+# Per-question flags in ``scores`` reported as a share of questions, without a confidence interval.
+_COUNTED = {"unparsed_choice"}
 
 
 def summarize(records: Iterable[Mapping[str, Any]], prefix: str = "eval") -> dict[str, float]:
@@ -33,6 +71,8 @@ def summarize(records: Iterable[Mapping[str, Any]], prefix: str = "eval") -> dic
             per_metric.setdefault(k, []).append(float(v) if r.get("status") == "ok" else 0.0)
     for k, vals in sorted(per_metric.items()):
         out[f"{prefix}/{k}"] = float(np.mean(vals))
+        if k in _COUNTED:
+            continue
         lo, hi = bootstrap_ci(vals)
         out[f"{prefix}/{k}_ci_low"], out[f"{prefix}/{k}_ci_high"] = lo, hi
     if ok:
@@ -42,9 +82,10 @@ def summarize(records: Iterable[Mapping[str, Any]], prefix: str = "eval") -> dic
         for role in roles:
             out[f"{prefix}/llm_calls/{role}"] = float(np.mean([(r.get("llm_calls") or {}).get(role, 0) for r in ok]))
         out[f"{prefix}/rounds"] = float(np.mean([len(r.get("rounds") or []) for r in ok]))
-        retrieved = sum(len(rd.get("retrieved", [])) for r in ok for rd in r.get("rounds") or [])
-        dups = sum(rd.get("duplicates", 0) for r in ok for rd in r.get("rounds") or [])
-        out[f"{prefix}/duplicate_rate"] = dups / retrieved if retrieved else 0.0
+        # IRCoT / critic loops: share of questions that retrieved more than once (0 = never iterated).
+        out[f"{prefix}/multi_retrieval_share"] = float(np.mean([len(r.get("rounds") or []) > 1 for r in ok]))
+        for name, rate in duplicate_rates(ok).items():
+            out[f"{prefix}/{name}"] = rate
         out[f"{prefix}/latency_s"] = float(np.mean([r.get("latency_s", 0.0) for r in ok]))
         kept = [k for r in ok for rd in r.get("rounds") or [] for k in rd.get("kept", [])]
         if kept:

@@ -6,7 +6,7 @@ from a hand-typed value. Runs are grouped into *studies* (the ``study`` key that
 
 - ``<study>.md``: the fixed setting (what every run shares), a systems x benchmarks
   table (quality, tokens, calls, rounds, averaged over benchmarks), and a per-run table
-  with 95% bootstrap CIs and duplicate rates; probe runs get a decision-accuracy table;
+  with 95% bootstrap CIs and duplicate rates (follow-up rounds, and all rounds); probe runs get a decision-accuracy table;
 - ``<study>.csv`` (one row per run, plus per-system averages) and ``<study>_wide.csv``.
 
 A setting (k, B, R, refiner, scorer, ...) that varies *within* a method becomes a
@@ -33,6 +33,8 @@ import yaml
 
 log = logging.getLogger(__name__)
 
+FINGERPRINT_FILE = "encoder_fingerprint.json"  # canopy_lit.encoders.base.FINGERPRINT_FILE (no torch import here)
+
 
 def cfg_get(cfg: Mapping[str, Any], dotted: str, default: Any = None) -> Any:
     """``cfg["a"]["b"]`` for ``"a.b"``; ``default`` when any part is missing."""
@@ -53,8 +55,49 @@ def _refiner_name(target: Any) -> str | None:
     return {"flat_top_m": "flat_top_m", "flat_top": "flat_top_m"}.get(snake, snake)
 
 
+def _adapter(cfg: Mapping[str, Any]) -> str | None:
+    """The adapter as a portable label: ``outputs/<...>/adapter`` (or its folder name), plus its hash.
+
+    Absolute paths name the machine that ran the study, so the path is cut to start at its
+    ``outputs`` folder, else made relative to the project root, else reduced to its name. The
+    short adapter hash comes from ``<adapter>/encoder_fingerprint.json`` (written by ``save_adapter``)
+    when the folder is still there, so two tables with the same label can be told apart.
+    """
+    raw = cfg_get(cfg, "encoder.adapter")
+    if raw in (None, "", "null", "None"):
+        return None
+    path = Path(str(raw))
+    root = cfg_get(cfg, "paths.root_dir")
+    full = path if path.is_absolute() or not isinstance(root, str) or "${" in root else Path(root) / path
+    if path.is_absolute():
+        if "outputs" in path.parts[:-1]:
+            path = Path(*path.parts[path.parts.index("outputs") :])
+        elif isinstance(root, str) and path.is_relative_to(root):
+            path = path.relative_to(root)
+        else:
+            path = Path(path.name)
+    label = path.as_posix()
+    meta_file = full / FINGERPRINT_FILE
+    if meta_file.is_file():
+        try:
+            meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{meta_file}: not valid JSON ({err})") from err
+        digest = meta.get("adapter_hash") if isinstance(meta, dict) else None
+        if digest:
+            label += f" (adapter {str(digest)[:12]})"
+    return label
+
+
 def _scorer(cfg: Mapping[str, Any]) -> str | None:
+    """The node scorer behind a row's evidence: a refiner's own (``refine.scorer``, e.g. RECOMP's f0),
+    None for whole items in QA runs (nothing scored), else fθ when an adapter is loaded and f0 otherwise."""
     if cfg_get(cfg, "encoder") is None:
+        return None
+    own = cfg_get(cfg, "refine.scorer")
+    if own:
+        return {"ftheta": "fθ"}.get(str(own), str(own))
+    if cfg_get(cfg, "mode", "qa") in ("qa", "evidence") and _refiner_name(cfg_get(cfg, "refine._target_")) == "keep_whole":
         return None
     return "fθ" if cfg_get(cfg, "encoder.adapter") not in (None, "", "null", "None") else "f0"
 
@@ -78,27 +121,39 @@ def _refine_m(cfg: Mapping[str, Any]) -> Any:
     return cfg_get(cfg, "refine.m") if _refiner_name(cfg_get(cfg, "refine._target_")) == "flat_top_m" else None
 
 
+def _retriever(cfg: Mapping[str, Any]) -> str | None:
+    """dense | bm25 | hybrid: the candidate ranking (scope=candidates/benchmark) or the corpus retriever."""
+    if cfg_get(cfg, "retrieval") is None:
+        return None
+    if (cfg_get(cfg, "retrieval.scope") or "corpus") in ("candidates", "benchmark"):
+        return str(cfg_get(cfg, "retrieval.candidate_ranking") or "dense")
+    target = str(cfg_get(cfg, "retrieval._target_") or "")
+    return {"build_bm25_retriever": "bm25", "build_hybrid_retriever": "hybrid"}.get(target.rsplit(".", 1)[-1], "dense")
+
+
 SETTINGS: tuple[Setting, ...] = (
-    Setting("refine", lambda c: _refiner_name(cfg_get(c, "refine._target_")), describe="refiner"),
-    Setting("m", _refine_m, describe="flat top-m"),
-    Setting("k", _key("retrieval.k"), describe="k (items per round)"),
-    Setting("B", _key("tree.branching"), describe="B (branching)", modes=("qa", "probe")),
+    Setting("refine", lambda c: _refiner_name(cfg_get(c, "refine._target_")), describe="refiner", modes=("qa", "evidence")),
+    Setting("m", _refine_m, describe="flat top-m", modes=("qa", "evidence")),
+    Setting("k", _key("retrieval.k"), describe="k (items per round)", modes=("qa", "evidence")),
+    Setting("B", _key("tree.branching"), describe="B (branching)", modes=("qa", "probe", "evidence")),
     Setting("R", _key("loop.max_rounds"), describe="R (max rounds)"),
     Setting("exclude_seen", _key("retrieval.exclude_seen"), describe="exclude_seen"),
     Setting("routing", _key("retrieval.routing"), describe="modality routing"),
-    Setting("scope", _key("retrieval.scope"), describe="retrieval scope"),
-    Setting("scorer", _scorer, describe="scorer", modes=("qa", "probe")),
-    Setting("adapter", _key("encoder.adapter"), axis=False, describe="adapter", modes=("qa", "probe")),
+    Setting("scope", _key("retrieval.scope"), describe="retrieval scope", modes=("qa", "evidence")),
+    Setting("retriever", _retriever, describe="retriever", modes=("qa", "evidence", "retrieval")),
+    Setting("scorer", _scorer, describe="scorer", modes=("qa", "probe", "evidence")),
+    Setting("adapter", _adapter, axis=False, describe="adapter", modes=("qa", "probe", "evidence")),
     Setting(
         "encoder",
         lambda c: cfg_get(c, "encoder.backbone") or cfg_get(c, "encoder.name"),
         describe="encoder",
-        modes=("qa", "probe", "retrieval"),
+        modes=("qa", "probe", "evidence", "retrieval"),
     ),
     Setting("reader", lambda c: cfg_get(c, "llm.model") or cfg_get(c, "llm.name"), describe="reader/critic LLM"),
     Setting("cap", _key("loop.reader_max_tokens"), describe="reader evidence cap (tokens)"),
-    Setting("split", _key("data.split"), axis=False, describe="split", modes=("qa", "probe", "retrieval")),
-    Setting("limit", _key("limit"), axis=False, describe="questions per benchmark (limit)", modes=("qa", "probe")),
+    Setting("split", _key("data.split"), axis=False, describe="split", modes=("qa", "probe", "evidence", "retrieval")),
+    Setting("limit", _key("limit"), axis=False, describe="questions per benchmark (limit)", modes=("qa", "probe", "evidence")),
+    Setting("tokenizer", _key("evidence.tokenizer"), axis=False, describe="tokens counted by", modes=("evidence",)),
 )
 
 
@@ -129,14 +184,15 @@ class Run:
         if task and task != "evaluate":
             return str(task)  # e.g. a training run folder under the same outputs/
         prefixes = {k.split("/", 1)[0] for k in self.metrics}
-        for prefix, name in (("eval", "qa"), ("probe", "probe"), ("retrieval", "retrieval")):
+        for prefix, name in (("eval", "qa"), ("probe", "probe"), ("evidence", "evidence"), ("retrieval", "retrieval")):
             if prefix in prefixes:
                 return name
         return "other"
 
     @property
     def method(self) -> str:
-        name = cfg_get(self.config, "method.name")
+        """The row label: ``method.label`` where a config qualifies its baseline, else ``method.name``."""
+        name = cfg_get(self.config, "method.label") or cfg_get(self.config, "method.name")
         if name:
             return str(name)
         return "probe" if self.mode == "probe" else "?"
@@ -157,11 +213,20 @@ class Run:
 
     def metric(self, key: str) -> float | None:
         v = self.metrics.get(key)
+        if v is None and key in _LEGACY_KEYS:
+            v = self.metrics.get(_LEGACY_KEYS[key])
+        if v is None and key == "eval/followup_duplicate_rate" and self.mode == "qa":
+            # Older runs lack it: recompute from their records (absent when no question had a round 2).
+            from canopy_lit.eval.summary import duplicate_rates
+
+            v = duplicate_rates(r for r in self.records() if r.get("status") == "ok").get("followup_duplicate_rate")
         return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
     def records(self) -> list[dict[str, Any]]:
         """``predictions.jsonl`` (empty when absent); a torn last line (run killed mid-write) is ignored."""
-        return read_jsonl(self.path / "predictions.jsonl")
+        from canopy_lit.eval.records import read_predictions  # one record per question id
+
+        return read_predictions(self.path / "predictions.jsonl")
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -322,6 +387,13 @@ def split_settings(runs: Sequence[Run]) -> tuple[list[str], dict[str, str]]:
         vals = [_value(s.read(r.config)) for r in runs]
         if not any(vals):
             continue
+        if s.name == "scorer":  # blank = whole items; one scorer -> setting line, several -> a column per row
+            used = sorted({v for v in vals if v})
+            if len(used) == 1:
+                fixed[s.name] = used[0]
+            else:
+                axes.append(s.name)
+            continue
         if len(set(vals)) == 1:
             fixed[s.name] = vals[0]
             continue
@@ -341,7 +413,7 @@ def setting_line(runs: Sequence[Run], fixed: Mapping[str, str] | None = None) ->
         fixed = split_settings(runs)[1]
     describe = {s.name: s.describe or s.name for s in SETTINGS}
     parts = [f"{describe[k]} = {v}" for k, v in fixed.items() if v]
-    n = sorted({int(r.metrics.get("eval/n", r.metrics.get("probe/n_questions", 0))) for r in runs})
+    n = sorted({int(r.metrics.get("eval/n", r.metrics.get("probe/n_questions", r.metrics.get("evidence/n", 0)))) for r in runs})
     if n and n != [0] and [str(x) for x in n] != [fixed.get("limit")]:
         parts.append("questions per run = " + (str(n[0]) if len(n) == 1 else f"{n[0]}-{n[-1]}"))
     return "**Fixed setting:** " + ("; ".join(parts) if parts else "(none recorded)") + "."
@@ -362,6 +434,9 @@ QA_METRICS: tuple[tuple[str, str], ...] = (
     ("f1", "eval/f1"),
     ("f1_ci_low", "eval/f1_ci_low"),
     ("f1_ci_high", "eval/f1_ci_high"),
+    ("match", "eval/match"),
+    ("match_ci_low", "eval/match_ci_low"),
+    ("match_ci_high", "eval/match_ci_high"),
     ("accuracy", "eval/accuracy"),
     ("accuracy_ci_low", "eval/accuracy_ci_low"),
     ("accuracy_ci_high", "eval/accuracy_ci_high"),
@@ -369,11 +444,15 @@ QA_METRICS: tuple[tuple[str, str], ...] = (
     ("kept_token_ratio", "eval/kept_token_ratio"),
     ("llm_calls", "eval/llm_calls"),
     ("rounds", "eval/rounds"),
-    ("duplicate_rate", "eval/duplicate_rate"),
+    ("followup_duplicate_rate", "eval/followup_duplicate_rate"),
+    ("duplicate_rate_all_rounds", "eval/duplicate_rate_all_rounds"),
     ("latency_s", "eval/latency_s"),
 )
+# Runs written before the rename: ``eval/duplicate_rate`` was computed over all rounds.
+_LEGACY_KEYS = {"eval/duplicate_rate_all_rounds": "eval/duplicate_rate"}
 # Averaged over benchmarks (macro); counts are summed instead.
-_AVERAGED = ("em", "f1", "accuracy", "evidence_tokens", "kept_token_ratio", "llm_calls", "rounds", "duplicate_rate", "latency_s")
+_AVERAGED = ("em", "f1", "match", "accuracy", "evidence_tokens", "kept_token_ratio", "llm_calls", "rounds",
+             "followup_duplicate_rate", "duplicate_rate_all_rounds", "latency_s")
 _SUMMED = ("n", "failed")
 
 PROBE_METRICS: tuple[tuple[str, str], ...] = (
@@ -464,7 +543,8 @@ def _sort_key(row: Mapping[str, Any], axes: Sequence[str]) -> tuple:
             return (1, 0.0, str(v))
 
     m = row["method"]
-    order = METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER)
+    base = m.split(" (", 1)[0]  # "universalrag (modality routing only)" sorts as universalrag
+    order = METHOD_ORDER.index(base) if base in METHOD_ORDER else len(METHOD_ORDER)
     return (order, m, *(num(row.get(a)) for a in axes), row["benchmark"] == "average", row["benchmark"])
 
 
@@ -480,23 +560,26 @@ def wide_rows(rows: Sequence[Mapping[str, Any]], axes: Sequence[str]) -> tuple[l
         key = (r["method"], *(r[a] for a in axes))
         w = out.setdefault(key, {"method": r["method"], **{a: r[a] for a in axes}})
         tag = "avg" if r["benchmark"] == "average" else r["benchmark"]
-        for name in ("em", "f1", "accuracy", "evidence_tokens", "llm_calls", "rounds", "duplicate_rate"):
+        for name in ("em", "f1", "accuracy", "evidence_tokens", "llm_calls", "rounds", "followup_duplicate_rate"):
             w[f"{tag}/{name}"] = r.get(name)
     return list(out.values()), benches
 
 
 # --- rendering ------------------------------------------------------------------------------------
 
-PERCENT = {"em", "f1", "accuracy", "duplicate_rate", "decision_accuracy", "gold_recall", "pruned_share"}
+PERCENT = {"em", "f1", "match", "accuracy", "followup_duplicate_rate", "duplicate_rate_all_rounds",
+           "decision_accuracy", "gold_recall", "pruned_share", "answer_recall", "item_recall"}
 TITLES = {
     "em": "EM",
     "f1": "F1",
+    "match": "Match",
     "accuracy": "Acc",
     "evidence_tokens": "tokens",
     "kept_token_ratio": "kept ratio",
     "llm_calls": "LLM calls",
     "rounds": "rounds",
-    "duplicate_rate": "dup %",
+    "followup_duplicate_rate": "follow-up dup %",
+    "duplicate_rate_all_rounds": "dup % all rounds",
     "latency_s": "latency s",
     "n": "n",
     "failed": "failed",
@@ -519,7 +602,7 @@ def fmt(name: str, v: Any) -> str:
         return str(v)
     if base in PERCENT or base.startswith("acc_depth_"):
         return f"{100 * v:.1f}"
-    if base in ("evidence_tokens", "n", "failed", "n_questions", "n_items", "n_nodes"):
+    if base in ("evidence_tokens", "tokens", "n", "failed", "n_questions", "n_items", "n_nodes"):
         return f"{v:.0f}"
     return f"{v:.2f}"
 
@@ -547,7 +630,7 @@ def render_qa_wide(rows: Sequence[Mapping[str, Any]], axes: Sequence[str]) -> st
         for name in ("em", "f1", "accuracy", "evidence_tokens"):
             if _present(wide, f"{b}/{name}"):
                 cols.append((f"{b}/{name}", f"{b if b != 'avg' else 'Avg'} {TITLES[name]}"))
-    for name in ("llm_calls", "rounds", "duplicate_rate"):
+    for name in ("llm_calls", "rounds", "followup_duplicate_rate"):
         for tag in ("avg", *(benches if len(benches) == 1 else ())):
             if _present(wide, f"{tag}/{name}"):
                 cols.append((f"{tag}/{name}", f"{tag if tag != 'avg' else 'Avg'} {TITLES[name]}"))
@@ -559,10 +642,11 @@ def render_qa_wide(rows: Sequence[Mapping[str, Any]], axes: Sequence[str]) -> st
 def render_qa_long(rows: Sequence[Mapping[str, Any]], axes: Sequence[str]) -> str:
     """Markdown per-run table with 95% CIs."""
     cols: list[tuple[str, str]] = [("n", "n"), ("failed", "failed")]
-    for name in ("em", "f1", "accuracy"):
+    for name in ("em", "f1", "match", "accuracy"):
         if _present(rows, name):
             cols += [(name, TITLES[name]), (f"{name}:ci", f"{TITLES[name]} 95% CI")]
-    for name in ("evidence_tokens", "kept_token_ratio", "llm_calls", "rounds", "duplicate_rate", "latency_s"):
+    for name in ("evidence_tokens", "kept_token_ratio", "llm_calls", "rounds", "followup_duplicate_rate",
+                 "duplicate_rate_all_rounds", "latency_s"):
         if _present(rows, name):
             cols.append((name, TITLES[name]))
     header = ["method", *axes, "benchmark", *(t for _, t in cols)]
@@ -582,6 +666,51 @@ def render_probe(rows: Sequence[Mapping[str, Any]], axes: Sequence[str]) -> str:
     return md_table(header, body)
 
 
+EVIDENCE_METRICS: tuple[tuple[str, str], ...] = tuple(
+    (f"{name}{suffix}", f"evidence/{name}{suffix}")
+    for name in ("answer_recall", "gold_recall", "item_recall", "tokens", "kept_ratio")
+    for suffix in ("", "_ci_low", "_ci_high")
+) + (("n", "evidence/n"), ("failed", "evidence/failed"), ("answer_recall_n", "evidence/answer_recall_n"))
+
+
+def evidence_label(run: Run) -> str:
+    """The evidence a run hands the reader: its refiner and scorer, e.g. ``parent_relative (fθ)``."""
+    refine = _value(run.setting("refine")) or "?"
+    scorer = _value(run.setting("scorer"))
+    return f"{refine} ({scorer})" if scorer else refine
+
+
+def evidence_rows(runs: Sequence[Run], axes: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """One row per evidence run (``mode: evidence``): method label, axes, benchmark, metrics + CIs."""
+    runs = [r for r in runs if r.mode == "evidence"]
+    if axes is None:
+        axes = split_settings(runs)[0]
+    axes = [a for a in axes if a not in ("refine", "scorer")]
+    rows = []
+    for r in runs:
+        row: dict[str, Any] = {"method": evidence_label(r), **{a: _value(r.setting(a)) for a in axes}}
+        row["benchmark"] = r.benchmark
+        for name, key in EVIDENCE_METRICS:
+            row[name] = r.metric(key)
+        row["run"] = str(r.path)
+        rows.append(row)
+    return sorted(rows, key=lambda x: (x["benchmark"], _sort_key(x, axes)))
+
+
+def render_evidence(rows: Sequence[Mapping[str, Any]], axes: Sequence[str]) -> str:
+    """Markdown: answer recall (95% CI), gold-leaf and item recall, reader tokens, kept ratio per run."""
+    axes = [a for a in axes if a not in ("refine", "scorer")]
+    header = ["benchmark", "method", *axes, "n", "answer recall", "95% CI", "gold recall", "item recall",
+              "tokens", "tokens 95% CI", "kept ratio"]  # fmt: skip
+    body = [
+        [r["benchmark"], r["method"], *(r[a] for a in axes), fmt("n", r.get("n")), fmt("answer_recall", r.get("answer_recall")),
+         _ci(r, "answer_recall"), fmt("gold_recall", r.get("gold_recall")), fmt("item_recall", r.get("item_recall")),
+         fmt("tokens", r.get("tokens")), _ci(r, "tokens"), fmt("kept_ratio", r.get("kept_ratio"))]  # fmt: skip
+        for r in rows
+    ]
+    return md_table(header, body)
+
+
 def render_generic(runs: Sequence[Run]) -> str:
     """Any other mode (e.g. retrieval): every metric as a column."""
     keys = sorted({k for r in runs for k in r.metrics})
@@ -592,15 +721,16 @@ def render_generic(runs: Sequence[Run]) -> str:
 
 NOTE = (
     "Scores (EM, F1, Acc, decision accuracy, recall, shares) in %; tokens = mean evidence tokens given to the "
-    "reader per question (reader tokenizer); LLM calls and rounds are means per question; failed questions "
-    "score 0. CIs: 95% bootstrap over questions. Averages are means over benchmarks."
+    "reader per question (reader tokenizer); LLM calls and rounds are means per question; follow-up dup % = "
+    "share of the items retrieved in rounds >= 2 that were already held (all rounds: round 1 included); "
+    "failed questions score 0. CIs: 95% bootstrap over questions. Averages are means over benchmarks."
 )
 
 
 def render_study(name: str, runs: Sequence[Run]) -> str:
     """The markdown of one study: setting line, then the tables its runs support."""
     out = [f"### {name}\n"]
-    for mode in ("qa", "probe"):
+    for mode in ("qa", "probe", "evidence"):
         sub = [r for r in runs if r.mode == mode]
         if not sub:
             continue
@@ -610,9 +740,11 @@ def render_study(name: str, runs: Sequence[Run]) -> str:
             rows = qa_rows(sub, axes)
             out.append(render_qa_wide(rows, axes))
             out.append("<details><summary>Per run, with 95% CIs</summary>\n\n" + render_qa_long(rows, axes) + "\n</details>\n")
+        elif mode == "evidence":
+            out.append(render_evidence(evidence_rows(sub, axes), axes))
         else:
             out.append(render_probe(probe_rows(sub, axes), [a for a in axes if a != "scorer"] + ["scorer"]))
-    other = [r for r in runs if r.mode not in ("qa", "probe")]
+    other = [r for r in runs if r.mode not in ("qa", "probe", "evidence")]
     if other:
         out.append(render_generic(other))
     out.append(f"<sub>{NOTE} Generated from {len(runs)} run folder(s) by `canopy_lit.eval.tables`.</sub>\n")
@@ -648,6 +780,9 @@ def study_rows(runs: Sequence[Run]) -> dict[str, list[dict[str, Any]]]:
     probe = [r for r in runs if r.mode == "probe"]
     if probe:
         out["probe"] = probe_rows(probe)
+    evidence = [r for r in runs if r.mode == "evidence"]
+    if evidence:
+        out["evidence"] = evidence_rows(evidence)
     return out
 
 
@@ -672,7 +807,7 @@ def write_tables(runs: Sequence[Run], out_dir: str | Path) -> dict[str, Path]:
         md.write_text(render_study(name, sub), encoding="utf-8")
         written[name] = md
         for kind, rows in study_rows(sub).items():
-            suffix = {"qa": "", "qa_wide": "_wide", "probe": "_probe"}[kind]
+            suffix = {"qa": "", "qa_wide": "_wide", "probe": "_probe", "evidence": "_evidence"}[kind]
             write_csv(out / f"{name}{suffix}.csv", rows)
     return written
 

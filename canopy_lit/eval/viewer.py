@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from canopy_lit.eval.plots import tree_shape
-from canopy_lit.eval.tables import cfg_get, load_config, read_jsonl
+from canopy_lit.eval.records import read_predictions
+from canopy_lit.eval.tables import cfg_get, load_config
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.types import Item, Leaf, Modality, Question
 
@@ -345,7 +346,7 @@ def build_viewer(
     if not preds.is_file():
         raise FileNotFoundError(f"{run_dir}: no predictions.jsonl (not an evaluation run folder?)")
     cfg = load_config(run_dir)
-    records = read_jsonl(preds)
+    records = read_predictions(preds)  # one record per question id
     if limit is not None:
         records = records[:limit]
     name = benchmark or cfg_get(cfg, "data.name") or next((r.get("benchmark") for r in records if r.get("benchmark")), None)
@@ -362,7 +363,7 @@ def build_viewer(
     if (run_dir / "metrics.json").is_file():
         metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
     shown = ("eval/n", "eval/failed", "eval/em", "eval/f1", "eval/accuracy", "eval/evidence_tokens", "eval/llm_calls",
-             "eval/rounds", "eval/duplicate_rate")
+             "eval/rounds", "eval/followup_duplicate_rate", "eval/duplicate_rate_all_rounds")
     mline = " · ".join(f"{k.split('/')[1]} {metrics[k]:.3g}" for k in shown if isinstance(metrics.get(k), (int, float)))
     setting = " · ".join(
         f"{k} {v}"

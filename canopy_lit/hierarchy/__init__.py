@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from canopy_lit.hierarchy.base import ELISION, Frame, NodeInput, TokenCounter, TreeBuilder
+from canopy_lit.hierarchy.base import (
+    ELISION,
+    Frame,
+    NodeInput,
+    TokenCounter,
+    TreeBuilder,
+    describer_fingerprint,
+    short_hash,
+)
 from canopy_lit.hierarchy.image import ImageTreeBuilder
 from canopy_lit.hierarchy.table import TableTreeBuilder
 from canopy_lit.hierarchy.text import TextTreeBuilder, split_sentences
@@ -33,6 +41,15 @@ class Hierarchy:
         }
         for b in builders or ():
             self.builders[b.modality] = b
+
+    @property
+    def fingerprint(self) -> str:
+        """Renderer identity: a hash of every builder's ``render_spec``, by modality.
+
+        The branching factor is left out on purpose: a node renders from its leaf range only,
+        so trees of different B share node embeddings.
+        """
+        return "render-" + short_hash({m.value: b.render_spec for m, b in sorted(self.builders.items())})
 
     def builder(self, modality: Modality) -> TreeBuilder:
         try:
@@ -71,7 +88,9 @@ __all__ = [
     "VideoTreeBuilder",
     "build_tree",
     "decode_frames",
+    "describer_fingerprint",
     "sample_times",
+    "short_hash",
     "split_sentences",
     "video_duration",
 ]

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import types
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from canopy_lit.types import Item, Leaf, Modality, Tree
 
@@ -28,14 +32,60 @@ class NodeInput:
     frames: list[Frame] = field(default_factory=list)
 
 
+def describer_fingerprint(describer: Any) -> str | None:
+    """Identity of a frame describer: its class (or function) name, ``version`` and model settings.
+
+    Uses the describer's own ``fingerprint`` or ``model_key`` (``FrameDescriber``: weights, top-k,
+    OCR settings) when it has one; a plain function is known by its qualified name only.
+    """
+    if describer is None:
+        return None
+    owner = describer if isinstance(describer, types.FunctionType | types.MethodType) else type(describer)
+    parts = [f"{owner.__module__}.{owner.__qualname__}"]
+    for attr in ("version", "fingerprint", "model_key"):
+        value = getattr(describer, attr, None)
+        if value is not None and not callable(value):
+            parts.append(f"{attr}={value}")
+    return "|".join(parts)
+
+
+def short_hash(payload: Any) -> str:
+    """16 hex digits of sha256 over canonical JSON (stable across processes and machines)."""
+    text = json.dumps(payload, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 class TreeBuilder(ABC):
     """Builds the region tree of one modality and renders its nodes.
 
     Subclasses implement ``leaves`` (the minimal regions, in order) and the two
     renderers; tree shape (contiguous near-equal B-way splits) is shared.
+    A builder whose rendering has knobs lists them in ``render_options`` so that
+    ``render_spec`` (a key of the node-embedding cache) changes with them; bump
+    ``render_version`` when ``leaves`` or ``node_input`` change format.
     """
 
     modality: Modality
+    render_version: int = 1
+
+    def render_options(self) -> dict[str, Any]:
+        """Settings that change ``leaves`` or ``node_input`` (none by default)."""
+        return {}
+
+    @property
+    def render_spec(self) -> dict[str, Any]:
+        """Everything that decides what a node renders to: class, version and options."""
+        cls = type(self)
+        return {
+            "builder": f"{cls.__module__}.{cls.__qualname__}",
+            "version": self.render_version,
+            **self.render_options(),
+        }
+
+    @property
+    def fingerprint(self) -> str:
+        """Short stable hash of ``render_spec``."""
+        return short_hash(self.render_spec)
 
     def build(self, item: Item, branching: int = 2) -> Tree:
         if item.modality != self.modality:

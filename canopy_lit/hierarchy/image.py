@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from canopy_lit.hierarchy.base import Frame, NodeInput, TreeBuilder
+from canopy_lit.hierarchy.base import Frame, NodeInput, TreeBuilder, describer_fingerprint
 from canopy_lit.types import Item, Leaf, Modality, Tree
 
 
@@ -19,6 +20,9 @@ class ImageTreeBuilder(TreeBuilder):
 
     def __init__(self, describer: Callable[[Frame], str] | None = None) -> None:
         self.describer = describer
+
+    def render_options(self) -> dict[str, Any]:
+        return {"describer": describer_fingerprint(self.describer)}
 
     def leaves(self, item: Item) -> list[Leaf]:
         return [Leaf(0, item.title)]

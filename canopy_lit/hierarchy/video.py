@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from functools import lru_cache
+from typing import Any
 
-from canopy_lit.hierarchy.base import Frame, NodeInput, TreeBuilder, with_elisions
+from canopy_lit.hierarchy.base import Frame, NodeInput, TreeBuilder, describer_fingerprint, with_elisions
 from canopy_lit.types import Item, Leaf, Modality, Tree
 
 
@@ -96,6 +97,15 @@ class VideoTreeBuilder(TreeBuilder):
         self.frame_interval = frame_interval
         self.max_frames = max_frames
         self.describer = describer
+
+    def render_options(self) -> dict[str, Any]:
+        # Leaf windows, the frames a node carries and the text of its frames all enter node_input.
+        return {
+            "clip_seconds": float(self.clip_seconds),
+            "frame_interval": float(self.frame_interval),
+            "max_frames": int(self.max_frames),
+            "describer": describer_fingerprint(self.describer),
+        }
 
     def leaves(self, item: Item) -> list[Leaf]:
         assert item.video is not None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -26,6 +27,32 @@ Message = dict[str, Any]
 
 class LLMError(RuntimeError):
     """A backend call failed for good (after retries), with the backend and cause in the message."""
+
+
+# --------------------------------------------------------------------------- secrets
+
+_SECRETS: set[str] = set()
+# Credentials that look like credentials: "Bearer <token>", OpenAI-style "sk-..." keys, "api_key=...".
+_SECRET_PATTERNS = re.compile(
+    r"(?i)(bearer\s+|api[_-]?key[\"']?\s*[:=]\s*[\"']?)[^\s\"',;&]+|\bsk-[A-Za-z0-9_\-]{8,}"
+)
+
+
+def register_secret(value: str | None) -> None:
+    """Remember a credential (e.g. the configured API key) so that ``redact`` hides it everywhere."""
+    if value and len(value) >= 4:  # shorter "keys" would blank ordinary words
+        _SECRETS.add(value)
+
+
+def redact(text: str) -> str:
+    """``text`` with registered secrets and credential-like tokens replaced by ``***``.
+
+    Applied to every error text that is stored (predictions.jsonl) or logged (evaluate.log),
+    since servers may echo the request's key back in an error body.
+    """
+    for secret in sorted(_SECRETS, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return _SECRET_PATTERNS.sub(lambda m: (m.group(1) or "") + "***", text)
 
 
 # --------------------------------------------------------------------------- messages
@@ -352,12 +379,12 @@ def openai_request(
 def parse_openai_response(body: dict[str, Any], *, source: str) -> LLMResponse:
     """OpenAI chat-completion JSON -> ``LLMResponse`` (top logprobs flattened to ``{token: logprob}``)."""
     if "error" in body and "choices" not in body:
-        raise LLMError(f"{source}: server returned an error: {body['error']}")
+        raise LLMError(redact(f"{source}: server returned an error: {body['error']}"))
     try:
         choice = body["choices"][0]
         text = choice["message"].get("content") or ""
     except (KeyError, IndexError, TypeError) as e:
-        raise LLMError(f"{source}: malformed chat completion (no choices[0].message): {str(body)[:300]}") from e
+        raise LLMError(f"{source}: malformed chat completion (no choices[0].message): {redact(str(body))[:300]}") from e
     tops: list[dict[str, float]] = []
     lp = choice.get("logprobs") or {}
     for tok in lp.get("content") or []:

@@ -32,6 +32,8 @@ from canopy_lit.llm.base import (
     generation_options,
     openai_request,
     parse_openai_response,
+    redact,
+    register_secret,
 )
 
 if TYPE_CHECKING:
@@ -97,6 +99,7 @@ class OpenAILLM(BaseLLM):
         self._tokenizer_spec = tokenizer
         self._tokenizer: Any = None
         key = os.environ.get(api_key_env) if api_key_env else None
+        register_secret(key)  # servers may echo it in error bodies: never store or log it
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._client = httpx.Client(timeout=timeout, headers=self._headers)
 
@@ -114,19 +117,20 @@ class OpenAILLM(BaseLLM):
         cause = err.last_attempt.exception() if isinstance(err, RetryError) else err
         attempts = err.last_attempt.attempt_number if isinstance(err, RetryError) else 1
         return LLMError(
-            f"openai backend: POST {url} failed after {attempts} attempt(s): {type(cause).__name__}: {cause}"
+            redact(f"openai backend: POST {url} failed after {attempts} attempt(s): {type(cause).__name__}: {cause}")
         )
 
     @staticmethod
     def _check(r: httpx.Response, url: str) -> dict[str, Any]:
+        # Redact before cutting: a key cut in half would no longer match.
         if r.status_code in _RETRY_STATUS:
-            raise _RetryableStatus(r.status_code, r.text)
+            raise _RetryableStatus(r.status_code, redact(r.text))
         if r.status_code >= 400:
-            raise LLMError(f"openai backend: POST {url} -> HTTP {r.status_code}: {r.text[:300]}")
+            raise LLMError(f"openai backend: POST {url} -> HTTP {r.status_code}: {redact(r.text)[:300]}")
         try:
             return r.json()
         except ValueError as e:
-            raise LLMError(f"openai backend: POST {url} returned non-JSON: {r.text[:200]!r}") from e
+            raise LLMError(f"openai backend: POST {url} returned non-JSON: {redact(r.text)[:200]!r}") from e
 
     def _request_body(self, messages: list[Message], **kw: Any) -> dict[str, Any]:
         return openai_request(messages, model=self.model, **kw)

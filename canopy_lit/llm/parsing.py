@@ -268,15 +268,34 @@ def parse_short_answer(text: str, stats: ParseStats | None = None) -> str:
     return ans
 
 
-def parse_choice_letter(text: str, n_choices: int, stats: ParseStats | None = None) -> str | None:
-    """The option letter (``A``..) in the reply: a lone letter, ``(B)``, ``B.``, ``Answer: C``."""
-    stats = stats or PARSE_STATS
-    letters = "".join(chr(65 + i) for i in range(n_choices))
-    t = _ANSWER_PREFIX.sub("", (text or "").strip())
-    m = re.match(rf"^\W*([{letters}])(?:\W|$)", t) or re.search(rf"\b(?:option|answer)\s*\(?([{letters}])\b", t, re.I)
-    m = m or re.search(rf"(?:^|[\s(])([{letters}])(?:[).:]|\s|$)", t)
-    stats.record("choice", m is not None)
+def find_choice_letter(text: str, n_choices: int) -> str | None:
+    """The option letter (``A``..) in a reply, or None; shared by the reader and the metric.
+
+    Read: a lone letter (``B``, ``b``, ``(c)``, ``B.``), a leading marked letter (``(C) red``,
+    ``C: red``, ``Answer: A.``), ``option D ...``, ``answer is (D).``, or a capital letter closing
+    a sentence (``I think it is B.``). Not read: a capital that starts words, so an answer in
+    words (``A man rides a horse``) is no option letter.
+    """
+    if n_choices < 1:
+        return None
+    letters = "".join(chr(65 + i) for i in range(min(n_choices, 26)))
+    t = _ANSWER_PREFIX.sub("", (text or "").strip()).strip()
+    m = (
+        re.fullmatch(rf"\(?([{letters}{letters.lower()}])[).:]?", t)
+        or re.match(rf"^[(\[]?([{letters}])(?:[).:\]]|,|\s*$)", t)
+        or re.search(rf"\b(?i:option)\s*\(?([{letters}])\b(?![\w'])", t)
+        or re.search(rf"\b(?i:answer)(?:\s+(?i:is))?\s*:?\s*\(?([{letters}])(?=[).:,]|\s*$)", t)
+        or re.search(rf"(?:^|[\s(])([{letters}])(?:[).:]|\s*$)", t)
+    )
     return m.group(1).upper() if m else None
+
+
+def parse_choice_letter(text: str, n_choices: int, stats: ParseStats | None = None) -> str | None:
+    """``find_choice_letter``, counting unparsed replies under ``choice``."""
+    stats = stats or PARSE_STATS
+    letter = find_choice_letter(text, n_choices)
+    stats.record("choice", letter is not None)
+    return letter
 
 
 def parse_label(text: str, labels: Sequence[str], default: str, kind: str = "label",

@@ -12,6 +12,7 @@ Each builder returns OpenAI-format messages; its docstring says what the model m
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from canopy_lit.llm.base import Message, system, user
@@ -194,23 +195,52 @@ def modality_router(question: str, modalities: Sequence[str]) -> list[Message]:
 IRCOT_ANSWER_MARK = "So the answer is:"
 
 
-def ircot_step(question: str, paragraphs: Sequence[str], thoughts: Sequence[str]) -> list[Message]:
+@dataclass(frozen=True)
+class IRCoTDemo:
+    """A worked IRCoT example (built from a *training* question: ``canopy_lit.pipeline.ircot``).
+
+    ``paragraphs``: its gold items as the reader would see them; ``steps``: one reasoning sentence
+    per gold fact, in order; ``answer``: the short answer that closes the chain.
+    """
+
+    question: str
+    paragraphs: tuple[str, ...]
+    steps: tuple[str, ...]
+    answer: str
+
+    def reasoning(self) -> str:
+        return " ".join([*(s.strip() for s in self.steps), f"{IRCOT_ANSWER_MARK} {self.answer}."])
+
+
+def _ircot_case(question: str, paragraphs: Sequence[str], reasoning: str) -> str:
+    return f"Paragraphs:\n{format_evidence(paragraphs)}\n\n{_question_block(question)}\nReasoning: {reasoning}"
+
+
+def ircot_step(
+    question: str, paragraphs: Sequence[str], thoughts: Sequence[str], demos: Sequence[IRCoTDemo] = ()
+) -> list[Message]:
     """Next chain-of-thought sentence for IRCoT (interleaved retrieval and reasoning).
 
-    Must return one reasoning sentence that adds a fact from the paragraphs; when the answer is
-    known, a sentence ending with ``So the answer is: <short answer>``. The sentence is used as
-    the next retrieval query. Parsed by ``parsing.parse_ircot_step``.
+    As in the original IRCoT, worked examples (``demos``: whole chains that state one fact per
+    sentence and end with the answer mark) come first, so they are a stable, cached prefix.
+    Must return the next reasoning sentence, which adds one fact from the paragraphs and becomes
+    the next retrieval query; once the reasoning so far gives the answer, ``So the answer is:
+    <short answer>``. Only the first sentence counts (``roles.IRCoTStepper``).
     """
-    so_far = " ".join(t.strip() for t in thoughts) if thoughts else "(none yet)"
+    so_far = " ".join(t.strip() for t in thoughts) if thoughts else ""
+    examples = "".join(
+        f"Example {i}:\n{_ircot_case(d.question, d.paragraphs, d.reasoning())}\n\n" for i, d in enumerate(demos, 1)
+    )
+    head = f"{examples}Now the question to answer.\n\n" if demos else ""
     return [
         system(
             "You answer multi-hop questions by reasoning one sentence at a time over the paragraphs. Each step "
-            "states one new fact from the paragraphs. When you can answer, end the sentence with "
+            "states one new fact from the paragraphs. When the facts so far give the answer, write "
             f"'{IRCOT_ANSWER_MARK} <short answer>'."
         ),
         user(
-            f"{_question_block(question)}\n\nParagraphs:\n{format_evidence(paragraphs)}\n\n"
-            f"Reasoning so far: {so_far}\n\nWrite only the next reasoning sentence."
+            f"{head}{_ircot_case(question, paragraphs, so_far or '(none yet)')}\n\n"
+            "Write only the next reasoning sentence."
         ),
     ]
 

@@ -6,6 +6,7 @@ and tags its calls with its role name for accounting (``llm.log.summary()["by_ro
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -194,18 +195,41 @@ class IRCoTStep:
 
 
 class IRCoTStepper:
-    """One IRCoT reasoning step: the next sentence (also the next retrieval query), and the answer once known."""
+    """One IRCoT reasoning step: the next sentence (also the next retrieval query), and the answer once known.
 
-    def __init__(self, llm: LLM, *, max_tokens: int = 64, stats: ParseStats | None = None) -> None:
-        self.llm, self.max_tokens = llm, max_tokens
+    As in the original IRCoT, only the first generated sentence is kept: a model that writes a whole
+    chain at once ("Fact. Fact. So the answer is: X") takes one step (its first fact) and retrieves
+    again; it stops only when its first sentence states the answer.
+
+    Args:
+        llm: any backend.
+        demos: worked examples from training questions (``canopy_lit.pipeline.ircot.load_demos``).
+        max_tokens: generation budget per step.
+    """
+
+    def __init__(self, llm: LLM, *, demos: Sequence[prompts.IRCoTDemo] = (), max_tokens: int = 64,
+                 stats: ParseStats | None = None) -> None:  # fmt: skip
+        self.llm, self.demos, self.max_tokens = llm, tuple(demos), max_tokens
         self.stats = stats or PARSE_STATS
 
     def step(self, question: str, paragraphs: Sequence[str], thoughts: Sequence[str]) -> IRCoTStep:
         resp = self.llm.chat(
-            prompts.ircot_step(question, paragraphs, thoughts), max_tokens=self.max_tokens, role="ircot", stop=["\n\n"]
+            prompts.ircot_step(question, paragraphs, thoughts, self.demos),
+            max_tokens=self.max_tokens,
+            role="ircot",
+            stop=["\n\n"],
         )
-        sentence, answer = parse_ircot_step(resp.text, self.stats)
+        text = " ".join((resp.text or "").split())
+        first = _FIRST_SENTENCE.split(text, maxsplit=1)[0]
+        if _ANSWER_MARK.search(first):
+            sentence, answer = parse_ircot_step(text, self.stats)  # the answer span may hold a '.' (1.5 m)
+        else:
+            sentence, answer = parse_ircot_step(first, self.stats)
         return IRCoTStep(sentence=sentence, answer=answer)
+
+
+_FIRST_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
+_ANSWER_MARK = re.compile(r"so\s+the\s+answer\s+is", re.I)
 
 
 class LLMRelevanceScorer:

@@ -1,10 +1,15 @@
 """In-process vLLM engine for batched generation on GPUs (optional extra ``canopy-lit[vllm]``).
 
 ``vllm`` is imported only when this backend is built, so CPU installs never need it.
+
+``vllm.LLM`` is not thread-safe: with ``concurrency > 1`` the evaluation harness calls ``chat`` from
+several threads, so every engine call here holds one lock (calls run one after another; batching the
+loop's calls through ``chat_batch`` is what makes vLLM fast, and is separate work).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -60,6 +65,8 @@ class VLLMLLM(BaseLLM):
             model_path = model  # a hub id: vLLM downloads it itself
         self.model = model_path
         self._vllm = vllm
+        self._engine_lock = threading.Lock()  # the engine is not thread-safe: one call at a time
+        self._tokenizer_lock = threading.Lock()
         self.engine = vllm.LLM(
             model=model_path,
             tensor_parallel_size=tensor_parallel_size,
@@ -103,7 +110,8 @@ class VLLMLLM(BaseLLM):
 
     def _generate(self, conversations: list[list[Message]], **kw: Any) -> list[LLMResponse]:
         params = self._sampling(**kw)
-        outs = self.engine.chat(conversations, params, use_tqdm=False)
+        with self._engine_lock:
+            outs = self.engine.chat(conversations, params, use_tqdm=False)
         return [self._to_response(o, kw["logprobs"]) for o in outs]
 
     def _complete(self, messages: list[Message], **kw: Any) -> LLMResponse:
@@ -120,7 +128,12 @@ class VLLMLLM(BaseLLM):
         return [self._record(r, role, per_call) for r in outs]
 
     def count_tokens(self, text: str) -> int:
-        return len(self._tokenizer.encode(text, add_special_tokens=False)) if text else 0
+        if not text:
+            return 0
+        # HF fast tokenizers raise "Already borrowed" under concurrent use; a separate lock so that
+        # counting does not wait for a generation in flight
+        with self._tokenizer_lock:
+            return len(self._tokenizer.encode(text, add_special_tokens=False))
 
     def __repr__(self) -> str:
         return f"VLLMLLM({getattr(self, 'model', '?')!r})"

@@ -23,7 +23,7 @@ from canopy_lit.pipeline.trace import QuestionRecord
 from canopy_lit.types import Question
 
 # Keys of the retrieval group read by the pipeline, not by ``build_retriever``.
-_PIPELINE_RETRIEVAL_KEYS = ("scope", "node_cache_dir")
+_PIPELINE_RETRIEVAL_KEYS = ("scope", "node_cache_dir", "candidate_ranking")
 
 
 class QuestionRunner:
@@ -72,7 +72,12 @@ def build_retriever(cfg: DictConfig, bench: Any, encoder: Any, hierarchy: Hierar
         # Routing among the modalities the pool holds; a single-modality benchmark needs no router call.
         modalities = sorted({it.modality.value for it in bench.items.values()})
         router = LLMModalityRouter(llm, modalities) if rcfg.get("routing") and len(modalities) > 1 else None
-        return CandidateRetriever(bench.items, pool, encoder, hierarchy, router=router)
+        ranking = rcfg.get("candidate_ranking", "dense")  # bm25.yaml / hybrid.yaml set it
+        weights = rcfg.get("weights")
+        return CandidateRetriever(
+            bench.items, pool, encoder, hierarchy, router=router, ranking=ranking,
+            rrf_k=int(rcfg.get("rrf_k", 60)), weights=dict(weights) if weights is not None else None,
+        )
     if scope != "corpus":
         raise ValueError(f"retrieval.scope must be 'corpus', 'candidates' or 'benchmark', got {scope!r}")
     kwargs = OmegaConf.to_container(rcfg, resolve=True)
@@ -99,8 +104,12 @@ def build_loop(cfg: DictConfig, bench: Any) -> QuestionRunner:
         from canopy_lit.retrieval import NodeEmbeddingCache
 
         cache_dir = cfg.retrieval.get("node_cache_dir")
-        cache = NodeEmbeddingCache(encoder, hierarchy, cache_dir=Path(cache_dir) if cache_dir else None)
-        scorer = NodeScorer(encoder, hierarchy, cache)
+        from canopy_lit.pipeline.extractive import scorer_encoder
+
+        # A refiner with its own scorer (RECOMP: ``refine.scorer=f0``) gets f0 nodes even when an adapter is loaded.
+        node_encoder = scorer_encoder(encoder, refiner)
+        cache = NodeEmbeddingCache(node_encoder, hierarchy, cache_dir=Path(cache_dir) if cache_dir else None)
+        scorer = NodeScorer(node_encoder, hierarchy, cache)
     retriever = build_retriever(cfg, bench, encoder, hierarchy, llm) if retrieving else None
     ccfg = cfg.get("critic") or {}
     kind = cfg.method.get("controller", "none")
@@ -109,7 +118,12 @@ def build_loop(cfg: DictConfig, bench: Any) -> QuestionRunner:
             LLMCritic(llm, mode=ccfg.get("mode", "logprob"), threshold=ccfg.get("threshold"))
         )
     elif kind == "ircot":
-        controller = IRCoTController(IRCoTStepper(llm))
+        from canopy_lit.pipeline.ircot import load_demos
+
+        m = cfg.method
+        demos = load_demos(OmegaConf.to_container(cfg.data, resolve=True), int(m.get("demos", 0)), hierarchy,
+                           int(m.get("demo_max_words", 250)), str(m.get("demo_split", "train")))  # fmt: skip
+        controller = IRCoTController(IRCoTStepper(llm, demos=demos))
     elif kind in ("none", None):
         controller = None
     else:

@@ -5,9 +5,9 @@ Every method of the paper is this loop with different stages plugged in::
     method        retriever   refiner           controller   rounds
     no_retrieval  none        -                 none         0
     vanilla       top-k       keep_whole        none         1
-    universalrag  routed      keep_whole        none         1
-    ircot         top-k       keep_whole        IRCoT step   R
-    recomp        top-k       flat_top_m (f0)   none         1
+    universalrag  routed      keep_whole        none         1   (modality routing only)
+    ircot         top-k       keep_whole        IRCoT step   R   (few-shot chains from train questions)
+    recomp        top-k       extractive (f0)   none         1   (own scorer, no aggregation check)
     flat          top-k       flat_top_m (fθ)   critic       R
     canopy        top-k       parent_relative   critic       R
 
@@ -17,6 +17,7 @@ so every ablation row is a config override, never a code path.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -150,24 +151,69 @@ class EvidenceLoop:
     def capped_evidence(
         self, evidence: Sequence[Evidence], tokens: Sequence[int] | None = None
     ) -> tuple[list[str], int, int]:
-        """Reader evidence within the token cap, keeping the newest blocks first (METHOD.md §1.1 step 8).
+        """Reader evidence within the token cap, newest first (METHOD.md §1.1 step 8).
+
+        Walking back from the newest block, blocks are kept whole while they fit; the first one
+        that does not is cut at a region boundary to the tokens left (``truncate_block``), and
+        every older block is dropped: an older block never survives a newer one.
+
+        Args:
+            evidence: the held items, oldest first.
+            tokens: reader tokens of each whole block (None = count them here).
 
         Returns:
-            (blocks in original order, evidence tokens, number of dropped items).
+            (blocks oldest first, as the reader gets them; their reader tokens; number of items
+            the reader does not get whole, i.e. cut or dropped).
         """
         cap = self.settings.reader_max_tokens
         blocks = [self._block(ev) for ev in evidence]
         if tokens is None:  # the loop passes the counts it already took per round
             tokens = [self.count_tokens(b) for b in blocks]
-        keep: list[int] = []
+        kept: list[str] = []
         total = 0
+        not_whole = 0
         for i in reversed(range(len(blocks))):
-            if total + tokens[i] > cap:
+            if total + tokens[i] <= cap:
+                kept.append(blocks[i])
+                total += tokens[i]
                 continue
-            keep.append(i)
-            total += tokens[i]
-        keep.sort()
-        return [blocks[i] for i in keep], total, len(blocks) - len(keep)
+            cut = self.truncate_block(evidence[i], cap - total)
+            if cut is not None:
+                kept.append(cut[0])
+                total += cut[1]
+            not_whole = i + 1  # this block and every older one
+            break
+        kept.reverse()
+        return kept, total, not_whole
+
+    def truncate_block(self, ev: Evidence, budget: int) -> tuple[str, int] | None:
+        """The longest leading part of ``ev``'s regions whose rendering fits ``budget`` tokens.
+
+        Regions are taken in leaf order; a region that does not fit is replaced by its children
+        (finer regions of the same tree), so the cut always falls on a region boundary and the
+        dropped rest is marked with the renderer's elision. None when not even the first leaf fits.
+
+        Returns:
+            (rendered block, its reader tokens) or None.
+        """
+        if budget <= 0:
+            return None
+        tree = ev.tree
+        queue = deque(sorted(ev.node_ids, key=lambda v: int(tree.starts[v])))
+        chosen: list[int] = []
+        best: tuple[str, int] | None = None
+        while queue:
+            v = queue.popleft()
+            text = self.hierarchy.evidence_text(tree, [*chosen, v])
+            n = self.count_tokens(text)
+            if n <= budget:
+                chosen.append(v)
+                best = (text, n)
+            elif tree.children[v]:
+                queue.extendleft(reversed(tree.children[v]))
+            else:
+                break  # a leaf that does not fit: stop, so the kept part stays a contiguous prefix
+        return best
 
     # -- one question --------------------------------------------------------------------------
     def run(self, question: Question) -> QuestionRecord:
@@ -176,6 +222,7 @@ class EvidenceLoop:
         t0 = time.perf_counter()
         rec = QuestionRecord(question.id, question.text, list(question.answers), question.benchmark)
         evidence: list[Evidence] = []
+        evidence_tokens: list[int] = []  # reader tokens of each whole block, in step with ``evidence``
         held: set[str] = set()
         history: list[dict[str, Any]] = []
         aggregation: bool | None = None
@@ -201,15 +248,20 @@ class EvidenceLoop:
             kept = self._refine(query, trees, flags, timer) if trees else []
             for tree, ids, flag in zip(trees, kept, flags, strict=True):
                 ev = Evidence(tree, ids, r)
-                evidence.append(ev)
-                held.add(tree.item.id)
+                held.add(tree.item.id)  # retrieved and judged, even when no region of it was kept
+                # A refiner may keep nothing of an item (flat top-m chose none of its leaves): the
+                # reader and the critic then get no block for it, and it adds no evidence tokens.
+                n_kept = self.count_tokens(self._block(ev)) if ids else 0
+                if ids:
+                    evidence.append(ev)
+                    evidence_tokens.append(n_kept)
                 trace.kept.append(
                     KeptItem(
                         tree.item.id,
                         tree.item.modality.value,
                         ev.leaf_ranges(),
                         tree.n_leaves,
-                        self.count_tokens(self._block(ev)),
+                        n_kept,
                         self.count_tokens(self.hierarchy.evidence_text(tree, [0])),
                         flag,
                     )
@@ -224,9 +276,8 @@ class EvidenceLoop:
             if decision.stop or not decision.followup:
                 break
             query = decision.followup
-        # trace.kept was appended in step with ``evidence``: reuse its token counts (one tokenizer call per block)
-        kept_tokens = [k.kept_tokens for rd in rec.rounds for k in rd.kept]
-        blocks, rec.evidence_tokens, rec.truncated_items = self.capped_evidence(evidence, kept_tokens)
+        # Token counts taken per round are reused (one tokenizer call per whole block).
+        blocks, rec.evidence_tokens, rec.truncated_items = self.capped_evidence(evidence, evidence_tokens)
         with timer("reader"):
             rec.prediction = self.reader.answer(question, blocks)
         rec.latency_s = time.perf_counter() - t0

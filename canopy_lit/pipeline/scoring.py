@@ -33,8 +33,9 @@ class NodeScorer:
         """(num_nodes, D) fθ node embeddings, L2-normalised."""
         if self.cache is not None:
             return np.asarray(self.cache.embed_tree(tree))
-        texts = [self.hierarchy.node_text(tree, i) for i in range(len(tree))]
-        return _numpy(self.encoder.encode_nodes(texts))
+        # The same inputs the cache encodes (text + frames), so cached and uncached scores agree.
+        inputs = [self.hierarchy.node_input(tree, i) for i in range(len(tree))]
+        return _numpy(self.encoder.encode_nodes(inputs))
 
     def embed_query(self, query: str) -> np.ndarray:
         """(D,) f0 query embedding."""
@@ -55,8 +56,8 @@ class NodeScorer:
         ids = [range(len(t)) for t in trees] if nodes is None else nodes
         if self.cache is not None and hasattr(self.cache, "embed_trees"):
             return [np.asarray(e) for e in self.cache.embed_trees(trees, None if nodes is None else nodes)]
-        texts = [self.hierarchy.node_text(t, int(i)) for t, ii in zip(trees, ids, strict=True) for i in ii]
-        emb = _numpy(self.encoder.encode_nodes(texts)) if texts else np.zeros((0, 0), np.float32)
+        inputs = [self.hierarchy.node_input(t, int(i)) for t, ii in zip(trees, ids, strict=True) for i in ii]
+        emb = _numpy(self.encoder.encode_nodes(inputs)) if inputs else np.zeros((0, 0), np.float32)
         bounds = np.cumsum([0, *(len(ii) for ii in ids)])
         return [emb[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 

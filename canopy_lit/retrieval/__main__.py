@@ -14,6 +14,8 @@ import argparse
 import logging
 import time
 
+from canopy_lit.assets import default_cache_dir
+
 DEFAULT_BENCHMARKS = ["nq", "hotpotqa", "ottqa", "tatqa"]
 
 
@@ -25,14 +27,14 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(name)
         p.add_argument("--benchmarks", nargs="+", default=DEFAULT_BENCHMARKS)
         p.add_argument("--backbone", default="minilm")
-        p.add_argument("--cache-dir", default=".cache/retrieval")
+        p.add_argument("--cache-dir", default=str(default_cache_dir("retrieval")))
         p.add_argument("--batch-size", type=int, default=64)
         p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     sub.choices["index"].add_argument("--index", default="flat_sq_fp16")
     sub.choices["index"].add_argument("--shard-size", type=int, default=4096)
     pn = sub.choices["precompute-nodes"]
     pn.add_argument("--adapter", default=None, help="trained adapter folder (fθ); default f0")
-    pn.add_argument("--node-cache-dir", default=".cache/nodes")
+    pn.add_argument("--node-cache-dir", default=str(default_cache_dir("nodes")))
     pn.add_argument("--branching", type=int, nargs="+", default=[2])
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")

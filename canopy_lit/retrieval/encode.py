@@ -4,6 +4,11 @@ Each rank streams its batches into a ``EmbeddingShardWriter`` that saves every `
 embeddings as ``<out_dir>/shard-r<rank>-<seq>.npy`` plus the matching ``.ids.json``. A shard is
 finished once its ``.npy`` exists (written last, atomically). Restarting ``encode_corpus`` on the
 same folder skips every item of a finished shard, so a half-finished encode resumes where it was.
+
+On SIGTERM (a scheduler's pre-emption, ``kill``, ``timeout``) the batch in flight is finished, the
+buffered embeddings are saved as one more (smaller) shard, and the process exits with status 143 and a
+line saying what was saved; the next run skips it. The corpus size is logged before encoding starts,
+and a progress bar (total, rate, ETA) runs unless ``progress=False``.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 from lightning import LightningModule, Trainer
-from lightning.pytorch.callbacks import BasePredictionWriter
+from lightning.pytorch.callbacks import BasePredictionWriter, Callback
 from torch.utils.data import DataLoader, Dataset
 
 from canopy_lit.hierarchy import Hierarchy, NodeInput
@@ -29,6 +35,26 @@ from canopy_lit.retrieval.corpus import CorpusStore, render_item
 log = logging.getLogger(__name__)
 
 META = "meta.json"
+SIGTERM_EXIT = 143  # 128 + SIGTERM, what a shell reports for a process ended by SIGTERM
+
+
+class EncodeInterrupted(SystemExit):
+    """SIGTERM arrived during ``encode_corpus``; the shard in progress was saved first.
+
+    A ``SystemExit`` (status 143) so that an uncaught one ends the process the way SIGTERM would, after
+    the message (``str(err)``) has been printed; catch it to do more cleanup.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(SIGTERM_EXIT)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class _StopAfterShard(Exception):
+    """Raised inside ``Trainer.predict`` to leave the loop once the partial shard is saved."""
 
 
 def f0_fingerprint(encoder: Any) -> str:
@@ -91,6 +117,7 @@ class EmbeddingShardWriter(BasePredictionWriter):
         self._emb: list[np.ndarray] = []
         self._buffered = 0
         self.written = 0  # embeddings saved by this writer (this rank, this run)
+        self.shards = 0  # shards saved by this writer
 
     def _next_seq(self, rank: int) -> int:
         done = [int(p.stem.split("-")[2]) for p in finished_shards(self.out_dir) if p.name.startswith(f"shard-r{rank}-")]
@@ -107,6 +134,7 @@ class EmbeddingShardWriter(BasePredictionWriter):
         np.save(tmp, emb)
         os.replace(tmp, f"{stem}.npy")
         self.written += len(emb)
+        self.shards += 1
         self._ids, self._emb, self._buffered = [], [], 0
 
     def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx, dataloader_idx=0):
@@ -115,9 +143,46 @@ class EmbeddingShardWriter(BasePredictionWriter):
         self._buffered += len(prediction["ids"])
         if self._buffered >= self.shard_size:
             self._flush(trainer.global_rank)
+        # Lightning's own SIGTERM handler only sets this flag (its predict loop keeps going): stop here,
+        # after saving what is buffered, so nothing encoded so far is lost
+        if trainer.received_sigterm:
+            self._flush(trainer.global_rank)
+            raise _StopAfterShard
 
     def on_predict_epoch_end(self, trainer, pl_module) -> None:
         self._flush(trainer.global_rank)
+
+
+class _ItemProgress(Callback):
+    """A tqdm bar in items (not batches) on stderr: done / total, rate and ETA (rank 0 only).
+
+    Lightning's own bar counts batches and writes to stdout, which a CLI may use for its results.
+    """
+
+    def __init__(self, total: int, done: int) -> None:
+        self.total, self.done, self.bar = total, done, None
+
+    def on_predict_start(self, trainer, pl_module) -> None:
+        if trainer.is_global_zero:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=self.total, initial=self.done, unit="item", desc="encode corpus",
+                            file=sys.stderr, mininterval=1.0, dynamic_ncols=True)  # fmt: skip
+
+    def on_predict_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        if self.bar is not None:
+            self.bar.update(len(batch[0]) * trainer.world_size)
+
+    def _close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def on_predict_end(self, trainer, pl_module) -> None:
+        self._close()
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        self._close()
 
 
 def finished_shards(out_dir: str | Path) -> list[Path]:
@@ -170,6 +235,7 @@ def encode_corpus(
     num_workers: int = 0,
     trainer_kwargs: dict[str, Any] | None = None,
     callbacks: Sequence[Any] = (),
+    progress: bool = True,
 ) -> EncodeReport:
     """Encode every item of ``corpus`` not already in a finished shard of ``out_dir``.
 
@@ -182,9 +248,13 @@ def encode_corpus(
         batch_size, shard_size: items per forward pass / per saved shard.
         trainer_kwargs: extra ``lightning.Trainer`` arguments (e.g. ``devices=8, strategy="ddp"``).
         callbacks: extra Lightning callbacks.
+        progress: show a progress bar (items done / total, rate, ETA) on stderr.
 
     Returns:
         ``EncodeReport`` for this call (this rank).
+
+    Raises:
+        EncodeInterrupted: on SIGTERM, after the embeddings encoded so far are saved (exit status 143).
     """
     t0 = time.perf_counter()
     out = Path(out_dir)
@@ -206,6 +276,8 @@ def encode_corpus(
             todo_ids.append(item.id)
             inputs.append(render_item(item, h))
     skipped = len(corpus) - len(todo_ids)
+    log.info("encoding %d of %d corpus items into %s (%d already in finished shards; batch %d, shard %d)",
+             len(todo_ids), len(corpus), out, skipped, batch_size, shard_size)  # fmt: skip
     if not todo_ids:
         return EncodeReport(0, skipped, time.perf_counter() - t0)
     # Longest first, like the encoder's own batching: little padding per batch, OOM shows up at once.
@@ -219,16 +291,24 @@ def encode_corpus(
         "logger": False,
         "enable_checkpointing": False,
         "enable_model_summary": False,
-        "enable_progress_bar": False,
+        "enable_progress_bar": False,  # ours counts items, on stderr
     }
     kw.update(trainer_kwargs or {})
+    bar = [_ItemProgress(len(corpus), skipped)] if progress else []
     # Lightning announces devices and tips at INFO on every Trainer; an encode is a library call.
     chatty = logging.getLogger("lightning.pytorch.utilities.rank_zero")
     level = chatty.level
     chatty.setLevel(logging.WARNING)
     try:
-        trainer = Trainer(callbacks=[writer, *callbacks], **kw)
+        trainer = Trainer(callbacks=[writer, *bar, *callbacks], **kw)
         trainer.predict(CorpusEncoderModule(encoder, role), dataloaders=loader, return_predictions=False)
+    except _StopAfterShard:
+        done = skipped + writer.written
+        msg = (f"encoding interrupted by SIGTERM: {writer.written} new embeddings saved in {writer.shards} shard(s) "
+               f"under {out} ({done} of {len(corpus)} items done); run the same command again to resume")  # fmt: skip
+        print(msg, file=sys.stderr)
+        raise EncodeInterrupted(msg) from None
     finally:
         chatty.setLevel(level)
+    log.info("encoded %d items in %.1f s", writer.written, time.perf_counter() - t0)
     return EncodeReport(writer.written, skipped, time.perf_counter() - t0)

@@ -1,4 +1,8 @@
-"""Retrieval metrics of the bundled benchmarks over their union corpus.
+"""Retrieval metrics of the bundled benchmarks over their union corpus, for any retriever option.
+
+The retriever is whatever ``cfg.retrieval`` targets: dense FAISS (``retrieval=default``), BM25
+(``retrieval=bm25``) or their RRF fusion (``retrieval=hybrid``); every one exposes ``corpus``,
+``stats`` and ``retrieve_batch``.
 
 ``retrieval/<benchmark>/recall@k`` = share of questions with at least one *target* item in the top k:
 NQ the gold paragraph, HotpotQA any supporting paragraph, OTT-QA the gold table, TAT-QA any gold
@@ -16,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from canopy_lit.retrieval.retriever import FaissRetriever, build_retriever
+from canopy_lit.retrieval.retriever import Retriever, build_retriever
 from canopy_lit.types import Modality, Question
 
 log = logging.getLogger(__name__)
@@ -24,7 +28,20 @@ log = logging.getLogger(__name__)
 KS = (1, 5, 10, 20)
 
 
-def targets(question: Question, retriever: FaissRetriever) -> set[str]:
+def builder_options(builder: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """The keys of ``options`` that ``builder`` accepts (the group also carries pipeline keys: scope ...).
+
+    A builder with ``**kwargs`` (the hybrid one forwards them to ``build_retriever``) also accepts
+    ``build_retriever``'s keys.
+    """
+    params = inspect.signature(builder).parameters
+    accepted = set(params) - {"encoder"}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        accepted |= set(inspect.signature(build_retriever).parameters) - {"encoder"}
+    return {key: v for key, v in options.items() if key in accepted}
+
+
+def targets(question: Question, retriever: Retriever) -> set[str]:
     """Item ids a hit must match: the gold table for OTT-QA (``meta["doc"]``), else the gold items."""
     if question.benchmark == "ottqa":
         doc = question.meta.get("doc")
@@ -35,7 +52,7 @@ def targets(question: Question, retriever: FaissRetriever) -> set[str]:
 
 
 def recall_at(
-    retriever: FaissRetriever, questions: Sequence[Question], ks: Sequence[int] = KS, batch: int = 256
+    retriever: Retriever, questions: Sequence[Question], ks: Sequence[int] = KS, batch: int = 256
 ) -> dict[str, float]:
     """``recall@k`` (any target in top k) and ``recall_all@k`` (every target) for one benchmark's questions."""
     kmax = max(ks)
@@ -69,9 +86,10 @@ def evaluate_retrieval(
     split: str = "all",
     limit: int | None = None,
     ks: Sequence[int] = KS,
-    cache_dir: str | Path = ".cache/retrieval",
+    cache_dir: str | Path | None = None,  # None: build_retriever's default, under $CANOPY_LIT_HOME
     out_dir: str | Path | None = None,
-    retriever: FaissRetriever | None = None,
+    retriever: Retriever | None = None,
+    builder: Any = build_retriever,
     **retriever_options: Any,
 ) -> dict[str, float]:
     """Recall@k per benchmark over the union corpus; returns (and optionally writes) flat metrics.
@@ -84,13 +102,13 @@ def evaluate_retrieval(
     ``retrieval/query_ms``.
     """
     if cfg is not None:
+        from hydra.utils import get_method
         from omegaconf import OmegaConf
 
         rc = OmegaConf.to_container(cfg.retrieval, resolve=True)
         assert isinstance(rc, dict)
-        # The group also carries pipeline-side keys (scope, node_cache_dir ...): keep build_retriever's.
-        accepted = set(inspect.signature(build_retriever).parameters) - {"encoder"}
-        rc = {key: v for key, v in rc.items() if key in accepted}
+        builder = get_method(rc["_target_"]) if rc.get("_target_") else build_retriever
+        rc = builder_options(builder, rc)
         corpus_benchmarks = corpus_benchmarks or rc.pop("benchmarks", None)
         cache_dir = rc.pop("cache_dir", cache_dir)
         ev = cfg.get("retrieval_eval") or {}
@@ -110,7 +128,7 @@ def evaluate_retrieval(
             from canopy_lit.retrieval.router import LLMModalityRouter
 
             retriever_options["router"] = LLMModalityRouter(instantiate(cfg.llm))
-        if encoder is None and cfg.get("encoder") is not None:
+        if encoder is None and cfg.get("encoder") is not None and getattr(builder, "needs_encoder", True):
             from canopy_lit.encoders import load_encoder
 
             enc = OmegaConf.to_container(cfg.encoder, resolve=True)
@@ -122,13 +140,14 @@ def evaluate_retrieval(
 
     corpus_benchmarks = list(corpus_benchmarks or ("nq", "hotpotqa", "ottqa", "tatqa"))
     benchmarks = list(benchmarks or corpus_benchmarks)
-    if encoder is None and retriever is None:
+    needs_encoder = getattr(builder, "needs_encoder", True)  # BM25 reads no embeddings
+    if encoder is None and retriever is None and needs_encoder:
         from canopy_lit.encoders import load_encoder
 
         encoder = load_encoder("minilm")
     t0 = time.perf_counter()
     if retriever is None:
-        retriever = build_retriever(encoder, corpus_benchmarks, cache_dir=cache_dir, **retriever_options)
+        retriever = builder(encoder, corpus_benchmarks, cache_dir=cache_dir, **retriever_options)
     build_s = time.perf_counter() - t0
     metrics: dict[str, float] = {"retrieval/corpus_size": float(len(retriever.corpus)), "retrieval/build_seconds": build_s}
     q0, s0 = retriever.stats["queries"], retriever.stats["seconds"]

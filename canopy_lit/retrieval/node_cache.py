@@ -1,11 +1,18 @@
 """Node-embedding cache: fθ(v) is query-independent, so every node is encoded once (METHOD.md §1.1 step 4).
 
-Keys are ``(encoder fingerprint, item id, leaf start, leaf end)``. A node's rendering depends on
-its leaf range only, not on the branching factor, so trees of different B share entries. Two tiers:
+Keys are ``(fingerprint, item id, leaf start, leaf end)``, where the fingerprint joins the encoder's
+(backbone + adapter hash), the renderer's (``Hierarchy.fingerprint``: tree builders, their options,
+the frame describer) and the encoder settings that change what reaches the model
+(``max_seq_length``, ``max_frames_per_node``). A node's rendering depends on its leaf range only,
+not on the branching factor, so trees of different B share entries. Two tiers:
 
 - memory: an LRU of ``capacity`` vectors (float32);
 - disk: one SQLite file per fingerprint under ``cache_dir`` (WAL mode, so several processes of a
-  sweep can read and write it), vectors stored as ``dtype`` blobs.
+  sweep can read and write it), vectors stored as ``dtype`` blobs with a checksum per row.
+
+A disk store that fails a check (unreadable SQLite, wrong vector length, checksum mismatch, foreign
+schema) is moved aside to ``<file>.corrupt-<UTC time>`` with a warning naming it, and rebuilt from
+the encoder; any other SQLite error is raised with the file's path.
 
 Fresh vectors are rounded through ``dtype`` before use, so a score is bit-identical whether its
 node came from the encoder, memory or disk (refinement compares child >= parent: a 1e-3 float16
@@ -18,7 +25,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import sqlite3
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -33,10 +42,30 @@ log = logging.getLogger(__name__)
 
 Key = tuple[str, int, int]  # (item id, start, end) within one fingerprint
 
+SCHEMA = "2"  # 2: per-row checksum column ``sum``
+_CORRUPT_CODES = {"SQLITE_CORRUPT", "SQLITE_NOTADB"}
+
 
 def fingerprint_slug(fingerprint: str) -> str:
     """A filesystem-safe, collision-resistant name for a fingerprint."""
     return hashlib.sha256(fingerprint.encode()).hexdigest()[:20]
+
+
+def row_checksum(item: str, start: int, end: int, blob: bytes) -> bytes:
+    """8-byte BLAKE2b of a row's key and vector bytes: a vector stored under another key fails it too."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(f"{item}\0{start}\0{end}\0".encode())
+    h.update(blob)
+    return h.digest()
+
+
+class CorruptNodeCache(Exception):
+    """A node-cache file that fails a check; the message names the file and the check."""
+
+
+def _is_corruption(err: sqlite3.Error) -> bool:
+    """SQLite says the file is damaged or not a database (not: locked, disk full, ...)."""
+    return getattr(err, "sqlite_errorname", "") in _CORRUPT_CODES or type(err) is sqlite3.DatabaseError
 
 
 class NodeEmbeddingCache:
@@ -48,8 +77,8 @@ class NodeEmbeddingCache:
         cache_dir: folder of the per-fingerprint SQLite stores; None = memory only.
         capacity: vectors kept in memory (LRU); 0 disables the memory tier.
         batch_size: encoder batch size for misses.
-        salt: extra key material, e.g. a non-default node renderer (video describer) that changes
-            node inputs without changing the encoder.
+        salt: extra key material for anything else that changes node inputs without changing the
+            encoder or the hierarchy (the renderer fingerprint is already part of the key).
         dtype: storage dtype, ``"float32"`` (exact) or ``"float16"`` (half the disk, cosine error ~1e-3).
 
     Example:
@@ -81,45 +110,119 @@ class NodeEmbeddingCache:
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self._db: sqlite3.Connection | None = None
         self._db_fp: str | None = None
+        self._db_path: Path | None = None
+        self._db_inode: int | None = None
 
     # ------------------------------------------------------------------ keys and stores
     @property
     def fingerprint(self) -> str:
-        """Encoder fingerprint (backbone + adapter hash), plus the salt; read live so a new adapter is a new key."""
-        fp = str(self.encoder.fingerprint)
-        fp = f"{fp}|{self.salt}" if self.salt else fp
-        return fp if self.dtype == np.float32 else f"{fp}|{self.dtype.name}"
+        """Encoder + renderer fingerprint, plus the salt; read live so a new adapter is a new key."""
+        parts = [str(self.encoder.fingerprint), f"render={self.hierarchy.fingerprint}"]
+        # Encoder settings that change what reaches the model (text cut, frames kept per node).
+        for attr in ("max_seq_length", "max_frames_per_node"):
+            value = getattr(self.encoder, attr, None)
+            if value is not None:
+                parts.append(f"{attr}={value}")
+        if self.salt:
+            parts.append(self.salt)
+        if self.dtype != np.float32:
+            parts.append(self.dtype.name)
+        return "|".join(parts)
+
+    def path_for(self, fp: str) -> Path | None:
+        """The SQLite file of fingerprint ``fp`` (None without a ``cache_dir``)."""
+        return None if self.cache_dir is None else self.cache_dir / f"nodes-{fingerprint_slug(fp)}.sqlite"
+
+    def _open(self, path: Path, fp: str) -> sqlite3.Connection:
+        """Open (or create) the store of ``fp``; raises ``CorruptNodeCache`` or ``sqlite3.Error``."""
+        db = sqlite3.connect(str(path), timeout=60)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS nodes (item TEXT, start INTEGER, end_ INTEGER, vec BLOB, sum BLOB,"
+                " PRIMARY KEY (item, start, end_)) WITHOUT ROWID"
+            )
+            meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+            if "fingerprint" not in meta:
+                with db:
+                    db.executemany(
+                        "INSERT OR IGNORE INTO meta VALUES (?, ?)",
+                        [("fingerprint", fp), ("dim", str(self.encoder.dim)), ("schema", SCHEMA)],
+                    )
+                meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+            if meta["fingerprint"] != fp:  # an 80-bit slug collision: refuse rather than serve wrong vectors
+                raise RuntimeError(f"node cache {path} belongs to fingerprint {meta['fingerprint']!r}, not {fp!r}")
+            if meta.get("schema") != SCHEMA:
+                raise CorruptNodeCache(f"node cache {path}: schema {meta.get('schema')!r}, expected {SCHEMA!r}")
+            if meta.get("dim") != str(self.encoder.dim):
+                raise CorruptNodeCache(
+                    f"node cache {path}: stores dim {meta.get('dim')!r}, the encoder has {self.encoder.dim}"
+                )
+        except BaseException:
+            db.close()
+            raise
+        return db
 
     def _conn(self, fp: str) -> sqlite3.Connection | None:
-        if self.cache_dir is None:
+        path = self.path_for(fp)
+        if path is None:
             return None
         if self._db is not None and self._db_fp == fp:
             return self._db
-        if self._db is not None:
-            self._db.close()
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
-        path = self.cache_dir / f"nodes-{fingerprint_slug(fp)}.sqlite"
-        db = sqlite3.connect(str(path), timeout=60)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
-        db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
-        db.execute(
-            "CREATE TABLE IF NOT EXISTS nodes (item TEXT, start INTEGER, end_ INTEGER, vec BLOB,"
-            " PRIMARY KEY (item, start, end_)) WITHOUT ROWID"
-        )
-        stored = db.execute("SELECT value FROM meta WHERE key='fingerprint'").fetchone()
-        if stored is None:
-            db.execute("INSERT INTO meta VALUES ('fingerprint', ?), ('dim', ?)", (fp, str(self.encoder.dim)))
-            db.commit()
-        elif stored[0] != fp:  # a 80-bit slug collision: refuse rather than serve wrong vectors
-            raise RuntimeError(f"{path} belongs to fingerprint {stored[0]!r}, not {fp!r}")
-        self._db, self._db_fp = db, fp
+        self.close()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for attempt in (0, 1):
+            try:
+                db = self._open(path, fp)
+                break
+            except (CorruptNodeCache, sqlite3.DatabaseError) as err:
+                if isinstance(err, sqlite3.DatabaseError) and not _is_corruption(err):
+                    raise RuntimeError(f"node cache {path}: {err}") from err
+                if attempt:
+                    raise RuntimeError(f"node cache {path}: still unusable after moving it aside: {err}") from err
+                self._move_aside(path, err, inode=_inode(path))
+        self._db, self._db_fp, self._db_path, self._db_inode = db, fp, path, _inode(path)
         return db
+
+    def _move_aside(self, path: Path, reason: BaseException, inode: int | None) -> None:
+        """Rename a damaged store (and its WAL files) to ``<file>.corrupt-<time>``; it is rebuilt on demand.
+
+        ``inode`` is the file this process found damaged: when the path now holds another file
+        (a sibling process already moved it aside and started afresh), that file is left alone.
+        """
+        if inode is not None and _inode(path) != inode:
+            log.warning("node cache %s was already replaced by another process; reopening it", path)
+            return
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        target = path.with_name(f"{path.name}.corrupt-{stamp}")
+        n = 1
+        while target.exists():
+            target = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+            n += 1
+        for suffix in ("", "-wal", "-shm"):
+            src = Path(f"{path}{suffix}")
+            if src.exists():
+                os.replace(src, Path(f"{target}{suffix}"))
+        log.warning(
+            "node cache %s is corrupt (%s): moved it aside to %s; its nodes will be re-encoded",
+            path,
+            reason,
+            target,
+        )
+
+    def _recover(self, err: BaseException) -> None:
+        """Move the open store aside after ``err`` and forget the connection (the next call rebuilds it)."""
+        path, inode = self._db_path, self._db_inode
+        self.close()
+        assert path is not None
+        self._move_aside(path, err, inode)
 
     def close(self) -> None:
         if self._db is not None:
             self._db.close()
-            self._db = self._db_fp = None
+        self._db = self._db_fp = self._db_path = self._db_inode = None
 
     def __len__(self) -> int:
         """Entries in the memory tier."""
@@ -151,27 +254,61 @@ class NodeEmbeddingCache:
             self._mem.popitem(last=False)
 
     def _disk_get(self, fp: str, keys: Sequence[Key]) -> dict[Key, np.ndarray]:
-        db = self._conn(fp)
-        if db is None or not keys:
+        """Verified vectors of ``keys`` found on disk; a damaged store is moved aside and yields none."""
+        if self.cache_dir is None or not keys:
             return {}
+        try:
+            return self._read(fp, keys)
+        except CorruptNodeCache as err:
+            self._recover(err)
+        except sqlite3.DatabaseError as err:
+            if not _is_corruption(err):
+                raise RuntimeError(f"node cache {self._db_path or self.path_for(fp)}: {err}") from err
+            self._recover(err)
+        return {}
+
+    def _read(self, fp: str, keys: Sequence[Key]) -> dict[Key, np.ndarray]:
+        db = self._conn(fp)
+        assert db is not None
+        nbytes = int(self.encoder.dim) * self.dtype.itemsize
         out: dict[Key, np.ndarray] = {}
         # Group by item: one indexed range query per item instead of one query per node.
         wanted: dict[str, set[tuple[int, int]]] = {}
         for item, s, e in keys:
             wanted.setdefault(item, set()).add((s, e))
         for item, ranges in wanted.items():
-            for s, e, blob in db.execute("SELECT start, end_, vec FROM nodes WHERE item = ?", (item,)):
-                if (s, e) in ranges:
-                    out[(item, s, e)] = np.frombuffer(blob, dtype=self.dtype).astype(np.float32)
+            for s, e, blob, checksum in db.execute(
+                "SELECT start, end_, vec, sum FROM nodes WHERE item = ?", (item,)
+            ):
+                if (s, e) not in ranges:
+                    continue
+                where = f"node cache {self._db_path}: item {item!r} leaves [{s}, {e})"
+                if not isinstance(blob, bytes) or len(blob) != nbytes:
+                    size = len(blob) if isinstance(blob, bytes) else type(blob).__name__
+                    raise CorruptNodeCache(f"{where}: vector of {size} bytes, expected {nbytes}")
+                if checksum != row_checksum(item, s, e, blob):
+                    raise CorruptNodeCache(f"{where}: checksum mismatch")
+                out[(item, s, e)] = np.frombuffer(blob, dtype=self.dtype).astype(np.float32)
         return out
 
     def _disk_put(self, fp: str, entries: dict[Key, np.ndarray]) -> None:
-        db = self._conn(fp)
-        if db is None or not entries:
+        if self.cache_dir is None or not entries:
             return
-        rows = [(i, s, e, v.astype(self.dtype).tobytes()) for (i, s, e), v in entries.items()]
-        with db:
-            db.executemany("INSERT OR REPLACE INTO nodes VALUES (?, ?, ?, ?)", rows)
+        rows = []
+        for (i, s, e), v in entries.items():
+            blob = v.astype(self.dtype).tobytes()
+            rows.append((i, s, e, blob, row_checksum(i, s, e, blob)))
+        for attempt in (0, 1):
+            db = self._conn(fp)
+            assert db is not None
+            try:
+                with db:
+                    db.executemany("INSERT OR REPLACE INTO nodes VALUES (?, ?, ?, ?, ?)", rows)
+                return
+            except sqlite3.DatabaseError as err:
+                if attempt or not _is_corruption(err):
+                    raise RuntimeError(f"node cache {self._db_path}: {err}") from err
+                self._recover(err)
 
     # ------------------------------------------------------------------ API
     def tree(self, item: Item) -> Tree:
@@ -229,6 +366,11 @@ class NodeEmbeddingCache:
             emb = np.asarray(
                 emb.detach().cpu().float().numpy() if hasattr(emb, "detach") else emb, np.float32
             )
+            if emb.shape != (len(misses), self.encoder.dim):  # never store what could not be read back
+                raise ValueError(
+                    f"encoder {self.encoder.fingerprint} returned {emb.shape} for {len(misses)} nodes, "
+                    f"expected dim {self.encoder.dim}"
+                )
             emb = emb.astype(self.dtype).astype(np.float32)
             new = dict(zip(misses, emb, strict=True))
             self._disk_put(fp, new)
@@ -257,3 +399,10 @@ class NodeEmbeddingCache:
         if batch:
             self.embed_trees(batch)
         return self.misses - before
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return None

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from canopy_lit.assets import default_cache_dir
 from canopy_lit.retrieval.corpus import CorpusStore
 from canopy_lit.retrieval.encode import encode_corpus, f0_fingerprint, load_shards
 from canopy_lit.retrieval.index import FaissIndex
@@ -133,7 +134,7 @@ def _slug(*parts: Any) -> str:
 def build_retriever(
     encoder: Any,
     benchmarks: Sequence[str] = ("nq", "hotpotqa", "ottqa", "tatqa"),
-    cache_dir: str | Path = ".cache/retrieval",
+    cache_dir: str | Path | None = None,
     k: int = 10,
     index: str = "flat_sq_fp16",
     index_options: dict[str, Any] | None = None,
@@ -151,7 +152,8 @@ def build_retriever(
     Args:
         encoder: ``NodeEncoder`` (its f0 embeds items and queries).
         benchmarks: the corpus is the union of their items.
-        cache_dir: root of ``corpus-*.jsonl``, ``emb-*/`` shard folders and ``index-*/`` folders.
+        cache_dir: root of ``corpus-*.jsonl``, ``emb-*/`` shard folders and ``index-*/`` folders
+            (default ``$CANOPY_LIT_HOME/retrieval``, see ``canopy_lit.assets.default_cache_dir``).
         k, exclude_seen: see ``FaissRetriever``.
         index, index_options: ``FaissIndex`` kind and keyword options (nlist, pq_m, nprobe, gpu ...).
         partition_by_modality: one sub-index per modality (needed for routing; exact either way).
@@ -163,7 +165,7 @@ def build_retriever(
         raise ValueError("retrieval.routing=true needs a router (the LLM layer's ModalityRouter)")
     if routing and not partition_by_modality:
         raise ValueError("retrieval.routing=true needs partition_by_modality=true")
-    cache = Path(cache_dir)
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir("retrieval")
     names = [b.lower() for b in benchmarks]
     corpus = CorpusStore.from_benchmarks(
         names, cache / f"corpus-{_slug(names, benchmark_options)}.jsonl", options=benchmark_options

@@ -25,15 +25,21 @@ def pairs_hold(
     return (holds | ~mask.bool()).all(dim=1)
 
 
+KINDS = ("descend", "stop")  # decision type of an instance: v partly gold (descend) or fully gold (stop)
+
+
 class DecisionAccuracy(Metric):
-    """Decision accuracy overall, per benchmark and per tree depth of v.
+    """Decision accuracy overall, per benchmark, per tree depth of v and per decision type.
 
     Args:
         benchmarks: benchmark names, in the order of the ``benchmark`` ids passed to ``update``.
         max_depth: depths above it are pooled into ``max_depth``.
 
     ``compute()`` returns ``{"decision_accuracy": ..., "<bench>/decision_accuracy": ...,
-    "depth<d>/decision_accuracy": ...}`` for every group that saw at least one instance.
+    "depth<d>/decision_accuracy": ..., "decision_accuracy/stop": ..., "decision_accuracy/descend": ...,
+    "<bench>/depth<d>/decision_accuracy": ..., "<bench>/decision_accuracy/stop": ...}`` for every group
+    that saw at least one instance (the type keys only when ``update`` got ``stop``). ``counts()`` gives
+    the instances per group. Both read the states summed over all processes.
     """
 
     full_state_update = False
@@ -43,9 +49,9 @@ class DecisionAccuracy(Metric):
         super().__init__(**kwargs)
         self.benchmarks = list(benchmarks)
         self.max_depth = max_depth
-        nb = max(len(self.benchmarks), 1)
-        self.add_state("correct", torch.zeros(nb + max_depth + 2, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("total", torch.zeros(nb + max_depth + 2, dtype=torch.long), dist_reduce_fx="sum")
+        n = len(self._names())
+        self.add_state("correct", torch.zeros(n, dtype=torch.long), dist_reduce_fx="sum")
+        self.add_state("total", torch.zeros(n, dtype=torch.long), dist_reduce_fx="sum")
 
     def update(
         self,
@@ -55,15 +61,25 @@ class DecisionAccuracy(Metric):
         tie_ok: torch.Tensor,
         benchmark: torch.Tensor,
         depth: torch.Tensor,
+        stop: torch.Tensor | None = None,
     ) -> None:
-        """Args: (N, P) scores and masks as in :func:`pairs_hold`; (N,) long ``benchmark`` ids and ``depth``."""
+        """Args: (N, P) scores and masks as in :func:`pairs_hold`; (N,) long ``benchmark`` ids and ``depth``;
+        optional (N,) bool ``stop`` (v fully gold) for the per-type groups."""
         ok = pairs_hold(winner_scores, loser_scores, mask, tie_ok).long()
         nb = max(len(self.benchmarks), 1)
+        nd = self.max_depth + 1
+        b = benchmark.clamp(0, nb - 1)
+        d = depth.clamp(0, self.max_depth)
         slots = [
             torch.zeros_like(benchmark),  # overall
-            1 + benchmark.clamp(0, nb - 1),
-            1 + nb + depth.clamp(0, self.max_depth),
+            1 + b,
+            1 + nb + d,
+            1 + nb + nd + b * nd + d,  # per benchmark and depth
         ]
+        if stop is not None:
+            kind = stop.long().to(benchmark.device)
+            base = 1 + nb + nd + nb * nd
+            slots += [base + kind, base + 2 + 2 * b + kind]
         for s in slots:
             self.correct.scatter_add_(0, s, ok)
             self.total.scatter_add_(0, s, torch.ones_like(ok))
@@ -74,16 +90,30 @@ class DecisionAccuracy(Metric):
             for i, name in enumerate(self._names())
             if self.total[i] > 0 and not (not self.benchmarks and name.startswith("all/"))
         }
-        out.setdefault("decision_accuracy", torch.tensor(0.0))
+        out.setdefault("decision_accuracy", torch.zeros((), device=self.total.device))
         return out
 
     def counts(self) -> dict[str, int]:
-        """Instances seen per group (same keys as ``compute`` with ``n`` for ``decision_accuracy``)."""
-        return {k.replace("decision_accuracy", "n"): int(self.total[i]) for i, k in enumerate(self._names()) if self.total[i] > 0}
+        """Instances seen per group, summed over processes (``compute`` keys with ``decision_accuracy`` -> ``n``).
+
+        Must be called on every process (it syncs like ``compute``).
+        """
+        with self.sync_context(should_sync=self._to_sync, should_unsync=self._should_unsync):
+            total = self.total.tolist()
+        return {
+            k.replace("decision_accuracy", "n"): int(total[i])
+            for i, k in enumerate(self._names())
+            if total[i] > 0 and not (not self.benchmarks and k.startswith("all/"))
+        }
 
     def _names(self) -> list[str]:
+        benches = self.benchmarks or ["all"]
+        depths = range(self.max_depth + 1)
         return (
             ["decision_accuracy"]
-            + [f"{b}/decision_accuracy" for b in (self.benchmarks or ["all"])]
-            + [f"depth{d}/decision_accuracy" for d in range(self.max_depth + 1)]
+            + [f"{b}/decision_accuracy" for b in benches]
+            + [f"depth{d}/decision_accuracy" for d in depths]
+            + [f"{b}/depth{d}/decision_accuracy" for b in benches for d in depths]
+            + [f"decision_accuracy/{k}" for k in KINDS]
+            + [f"{b}/decision_accuracy/{k}" for b in benches for k in KINDS]
         )

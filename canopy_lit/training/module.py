@@ -119,13 +119,16 @@ class NodeEncoderModule(L.LightningModule):
         missing = [i for i, t in enumerate(texts) if t not in self._query_cache]
         if missing:
             tokens = {k: v[missing] for k, v in batch["query_tokens"].items()}
-            was = self.encoder.model.training
+            # Restore each submodule's own mode: model.train(True) would re-enable the backbone dropout
+            # that on_train_batch_start turned off (backbone_dropout=false) on every cache-miss step.
+            modes = [(m, m.training) for m in self.encoder.model.modules()]
             self.encoder.model.eval()
             try:
                 with torch.no_grad(), self.encoder.adapter_disabled():
                     emb = self.encoder.embed(tokens).float()
             finally:
-                self.encoder.model.train(was)
+                for m, mode in modes:
+                    m.training = mode
             for i, e in zip(missing, emb, strict=True):
                 self._query_cache[texts[i]] = e.detach()
         return torch.stack([self._query_cache[t] for t in texts]).to(self.device)
@@ -179,7 +182,7 @@ class NodeEncoderModule(L.LightningModule):
 
     def _update(self, metric: DecisionAccuracy, batch: dict[str, Any], f0: bool) -> None:
         win, lose = self.pair_scores(batch, f0=f0, cache=self._eval_cache.setdefault("f0" if f0 else "ft", {}))
-        metric.update(win, lose, batch["mask"], batch["tie_ok"], batch["benchmark"], batch["depth"])
+        metric.update(win, lose, batch["mask"], batch["tie_ok"], batch["benchmark"], batch["depth"], batch.get("stop"))
 
     def on_validation_epoch_start(self) -> None:
         self._eval_cache = {}
@@ -215,6 +218,7 @@ class NodeEncoderModule(L.LightningModule):
     def on_test_epoch_end(self) -> None:
         res = {f"test/{k}": float(v) for k, v in self.test_acc.compute().items()}
         res |= {f"test/{k}_f0": float(v) for k, v in self.test_acc_f0.compute().items()}
+        # counts() syncs like compute(): every rank calls it and gets the totals over all ranks.
         res |= {f"test/{k}": float(v) for k, v in self.test_acc.counts().items()}
         self.test_acc.reset()
         self.test_acc_f0.reset()

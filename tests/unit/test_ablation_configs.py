@@ -66,3 +66,9 @@ def test_every_grid_point_composes(hydra_ctx, study: str) -> None:
             assert target == "FlatTopMRefiner" and cfg.refine.m == int(point["refine.m"])
         if study == "probe":
             assert cfg.mode == "probe"
+
+
+def test_probe_defaults_to_held_out_questions(hydra_ctx) -> None:
+    # train/val hold the adapter's own training questions: the probe's own command must not score them.
+    assert compose("evaluate", overrides=["experiment=probe"]).data.split == "test"
+    assert compose("evaluate", overrides=["+ablation=probe"]).data.split == "test"

@@ -99,8 +99,8 @@ def test_fetch_joins_parts_in_order_and_verifies(fake_wheelhouse: Path, tmp_path
     path = fetch(_file_asset(sha), home=home, pip_args=_offline(fake_wheelhouse), quiet=True)
     assert path == home / "fake.gguf"
     assert path.read_bytes() == PART1 + PART2
-    # no temp dirs or wheels left behind: only the file and its verification stamp
-    assert sorted(p.name for p in home.iterdir()) == ["fake.gguf", "fake.gguf.verified.json"]
+    # no temp dirs, wheels or stamps left behind: only the file
+    assert sorted(p.name for p in home.iterdir()) == ["fake.gguf"]
 
 
 def test_fetch_is_idempotent_without_pip(fake_wheelhouse: Path, tmp_path: Path, local_pip) -> None:
@@ -117,7 +117,7 @@ def test_corrupted_cache_is_rebuilt(fake_wheelhouse: Path, tmp_path: Path) -> No
     home = tmp_path / "home"
     asset = _file_asset(hashlib.sha256(PART1 + PART2).hexdigest())
     path = fetch(asset, home=home, pip_args=_offline(fake_wheelhouse), quiet=True)
-    path.write_bytes(b"truncated")  # size/mtime change invalidates the stamp -> re-hash -> rebuild
+    path.write_bytes(b"truncated")  # the next open re-hashes (size/mtime changed) -> rebuild
     path = fetch(asset, home=home, pip_args=_offline(fake_wheelhouse), quiet=True)
     assert path.read_bytes() == PART1 + PART2
 
@@ -175,8 +175,7 @@ def test_minilm_resolves_to_the_verified_package_folder(tmp_path: Path, monkeypa
     monkeypatch.setenv("CANOPY_LIT_HOME", str(tmp_path / "home"))
     path = resolve("minilm")
     assert (path / "model.safetensors").is_file() and (path / "modules.json").is_file()
-    # the verification stamp goes to the cache dir, not into site-packages
-    assert (tmp_path / "home" / "minilm.package.verified.json").is_file()
+    # verified in memory: nothing is written into site-packages
     assert not any(p.name.endswith(".verified.json") for p in path.parent.iterdir())
 
 

@@ -12,7 +12,7 @@ from canopy_lit.eval.metrics import (
     f1_score,
     normalize_answer,
 )
-from canopy_lit.eval.summary import markdown_table, summarize
+from canopy_lit.eval.summary import duplicate_rates, markdown_table, score_record, summarize
 
 
 def test_squad_normalisation_and_em() -> None:
@@ -33,6 +33,29 @@ def test_choice_letter_parsing() -> None:
     assert choice_letter("Answer: C.") == "C"
     assert choice_letter("I think it is E") is None
     assert choice_accuracy("(D)", "D") == 1.0 and choice_accuracy("A", "(B)") == 0.0
+
+
+def test_hotpotqa_yes_no_rule_in_f1() -> None:
+    # hotpot_evaluate_v1.py: yes / no / noanswer on either side and different -> F1 0, not token overlap.
+    assert f1_score("yes it is", ["yes"]) == 0.0
+    assert f1_score("no", ["no way"]) == 0.0 and f1_score("noanswer", ["the answer"]) == 0.0
+    assert f1_score("Yes.", ["yes"]) == 1.0 and exact_match("Yes.", ["yes"]) == 1.0
+    assert f1_score("yes it is", ["no", "yes it is"]) == 1.0  # best gold still wins
+    assert f1_score("yes sir", ["sir yes"]) == 1.0  # neither side is a bare yes/no
+
+
+def test_unparsed_choice_scores_zero_and_is_counted() -> None:
+    assert choice_letter("a man rides a horse") is None  # an answer in words is no option letter
+    assert choice_letter("A man rides a horse.") is None and choice_letter("b") == "B"
+    assert choice_accuracy("a man rides a horse", "A") == 0.0
+    recs = []
+    for qid, pred in (("1", "A"), ("2", "a man rides a horse"), ("3", "(B) a dog"), ("4", "the answer is unclear")):
+        r = {"id": qid, "status": "ok", "prediction": pred, "answers": ["A"]}
+        r["scores"] = score_record(r, choices=4)
+        recs.append(r)
+    m = summarize(recs)
+    assert m["eval/accuracy"] == 0.25 and m["eval/unparsed_choice"] == 0.5
+    assert "eval/unparsed_choice_ci_low" not in m
 
 
 def test_bootstrap_ci_brackets_the_mean() -> None:
@@ -59,9 +82,23 @@ def test_summary_counts_failures_as_zero_and_averages_costs() -> None:
     assert m["eval/em"] == pytest.approx(1 / 3)
     assert m["eval/evidence_tokens"] == 200
     assert m["eval/llm_calls"] == 3 and m["eval/llm_calls/critic"] == 2
-    assert m["eval/duplicate_rate"] == pytest.approx(1 / 4)
+    assert m["eval/duplicate_rate_all_rounds"] == pytest.approx(1 / 4)
+    assert "eval/followup_duplicate_rate" not in m and "eval/duplicate_rate" not in m  # no round 2 anywhere
     assert m["eval/kept_token_ratio"] == pytest.approx(0.5)
     assert m["time/reader_s"] == 3.0
+
+
+def test_followup_duplicate_rate_counts_rounds_two_and_later_only() -> None:
+    # One question: round 1 fetches its one item, the only follow-up re-fetches it.
+    one = {"id": "q", "status": "ok", "rounds": [{"retrieved": ["a"], "duplicates": 0}, {"retrieved": ["a"], "duplicates": 1}]}
+    m = summarize([one])
+    assert m["eval/followup_duplicate_rate"] == 1.0  # every follow-up item was already held
+    assert m["eval/duplicate_rate_all_rounds"] == 0.5  # the old number, now under its honest name
+    # Pooled over questions: 3 of the 4 follow-up items were held; 3 of 7 over all rounds.
+    two = {"id": "r", "status": "ok", "rounds": [
+        {"retrieved": ["b", "c"], "duplicates": 0}, {"retrieved": ["b"], "duplicates": 1},
+        {"retrieved": ["d", "c"], "duplicates": 1}]}  # fmt: skip
+    assert duplicate_rates([one, two]) == {"duplicate_rate_all_rounds": 3 / 7, "followup_duplicate_rate": 3 / 4}
 
 
 def test_markdown_table() -> None:

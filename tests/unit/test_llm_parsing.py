@@ -89,8 +89,10 @@ def test_short_answer(text: str, expected: str) -> None:
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("B", "B"), ("(C) red", "C"), ("Answer: A.", "A"), ("The answer is option D", "D"), ("none of them", None)],
-)
+    [("B", "B"), ("(C) red", "C"), ("Answer: A.", "A"), ("The answer is option D", "D"), ("none of them", None),
+     ("a man rides a horse", None), ("A man rides a horse.", None), ("(b)", "B"), ("I think it is B.", "B"),
+     ("The answer is A man", None), ("Option C: a red car", "C")],
+)  # fmt: skip
 def test_choice_letter(text: str, expected: str | None) -> None:
     assert parse_choice_letter(text, 4, ParseStats()) == expected
 

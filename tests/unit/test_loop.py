@@ -7,8 +7,8 @@ import pytest
 
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.pipeline.loop import Decision, EvidenceLoop, LoopSettings
-from canopy_lit.refine import KeepWholeRefiner, ParentRelativeRefiner
-from canopy_lit.types import Item, Question, Table
+from canopy_lit.refine import FlatTopMRefiner, KeepWholeRefiner, ParentRelativeRefiner
+from canopy_lit.types import Evidence, Item, Question, Table
 
 ITEMS = {
     "a": Item("a", "text", title="A", sentences=["Alpha one.", "Alpha two.", "Alpha three."]),
@@ -22,14 +22,15 @@ Q = Question("q1", "What is alpha?", ["alpha"], "unit")
 class ScriptedRetriever:
     """Returns a fixed list per round; records the exclude sets it was given."""
 
-    def __init__(self, rounds: list[list[str]]) -> None:
+    def __init__(self, rounds: list[list[str]], items: dict[str, Item] | None = None) -> None:
         self.rounds = rounds
+        self.items = items or ITEMS
         self.calls: list[tuple[str, set[str]]] = []
 
     def retrieve(self, query, k, exclude, question):
         ids = [i for i in self.rounds[min(len(self.calls), len(self.rounds) - 1)] if i not in exclude]
         self.calls.append((query, set(exclude)))
-        return [ITEMS[i] for i in ids[:k]]
+        return [self.items[i] for i in ids[:k]]
 
 
 class ScriptedController:
@@ -133,6 +134,65 @@ def test_reader_cap_keeps_the_newest_evidence() -> None:
     # "B: Beta one. Beta two." = 5 words fits; adding A's 7 words would not: the older item is dropped.
     assert loop.reader.evidence == ["B: Beta one. Beta two."]
     assert rec.truncated_items == 1 and rec.evidence_tokens == 5
+
+
+# Hand-made untitled items whose blocks are 3, 8 and 4 words (tokens under ``words``).
+CAP_ITEMS = {
+    "x": Item("x", "text", sentences=["x1 x2 x3"]),
+    "y": Item("y", "text", sentences=[f"y{i}" for i in range(1, 9)]),
+    "z": Item("z", "text", sentences=["z1 z2 z3 z4"]),
+}
+
+
+def cap_loop(cap: int) -> EvidenceLoop:
+    return EvidenceLoop(
+        None, Hierarchy(2), KeepWholeRefiner(), EchoReader(), words, settings=LoopSettings(reader_max_tokens=cap)
+    )
+
+
+def held(*ids: str) -> list[Evidence]:
+    h = Hierarchy(2)
+    return [Evidence(h.build(CAP_ITEMS[i]), [0], r) for r, i in enumerate(ids)]
+
+
+def test_reader_cap_newest_first_truncates_at_a_region_boundary_and_drops_older() -> None:
+    loop = cap_loop(10)
+    assert [words(b) for b in loop.evidence_blocks(held("x", "y", "z"))] == [3, 8, 4]
+    blocks, tokens, not_whole = loop.capped_evidence(held("x", "y", "z"))
+    # z (4) whole; y cut to its first five leaves + elision (6 tokens); x dropped, never kept over y.
+    assert blocks == ["y1 y2 y3 y4 y5 …", "z1 z2 z3 z4"]
+    assert tokens == 10 == sum(words(b) for b in blocks) and not_whole == 2
+
+
+def test_reader_cap_truncates_a_block_larger_than_the_cap() -> None:
+    blocks, tokens, not_whole = cap_loop(5).capped_evidence(held("y"))
+    assert blocks == ["y1 y2 y3 y4 …"] and tokens == 5 and not_whole == 1
+    assert cap_loop(1).capped_evidence(held("y")) == ([], 0, 1)  # not even one leaf fits
+    assert cap_loop(15).capped_evidence(held("x", "y", "z"))[1:] == (15, 0)  # everything fits whole
+
+
+def test_reader_cap_in_the_loop_counts_what_the_reader_gets() -> None:
+    retr = ScriptedRetriever([["x"], ["y"], ["z"]], CAP_ITEMS)
+    loop = EvidenceLoop(
+        retr, Hierarchy(2), KeepWholeRefiner(), EchoReader(), words,
+        controller=ScriptedController([False, False, False]), settings=LoopSettings(max_rounds=3, reader_max_tokens=10),
+    )  # fmt: skip
+    rec = loop.run(Q)
+    assert loop.reader.evidence == ["y1 y2 y3 y4 y5 …", "z1 z2 z3 z4"]
+    assert rec.evidence_tokens == 10 and rec.truncated_items == 2
+
+
+def test_flat_top_m_items_without_a_chosen_leaf_reach_no_one() -> None:
+    ctrl = ScriptedController([True])
+    loop = make(
+        ScriptedRetriever([["a", "b"]]), ctrl, refiner=FlatTopMRefiner(m=1), scorer=LeafPreferringScorer(),
+        max_rounds=2,
+    )  # fmt: skip
+    rec = loop.run(Q)
+    assert loop.reader.evidence == ["A: Alpha one. …"]  # no bare "B: …" header
+    assert rec.evidence_tokens == 4 and ctrl.seen == [1]
+    kept = {k.item_id: k for k in rec.rounds[0].kept}
+    assert kept["b"].leaf_ranges == [] and kept["b"].kept_tokens == 0 and kept["a"].kept_tokens == 4
 
 
 def test_refinement_compresses_and_tables_of_aggregation_questions_stay_whole() -> None:

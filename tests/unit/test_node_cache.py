@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.hierarchy import Hierarchy, ImageTreeBuilder, VideoTreeBuilder
 from canopy_lit.hierarchy.base import NodeInput
 from canopy_lit.retrieval.node_cache import NodeEmbeddingCache
-from canopy_lit.types import Item, Table
+from canopy_lit.types import Item, Table, VideoRef
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class FakeCountingEncoder:
@@ -155,3 +158,89 @@ def test_embed_trees_batches_misses_and_precompute_skips_cached() -> None:
     assert cache.precompute([TEXT, TABLE]) == 0  # all cached
     fresh = NodeEmbeddingCache(FakeCountingEncoder())
     assert fresh.precompute([TEXT, TABLE], chunk=1) == sum(len(t) for t in trees)
+
+
+# Hand-made fixture items for the renderer key: an image (one node) and a 60-s video segment.
+IMAGE = Item(
+    id="fixture:image", modality="image", title="Astronaut", image=str(ROOT / "data/media/images/astronaut.png"),
+    meta={"caption": "a portrait"},
+)  # fmt: skip
+VIDEO = Item(id="fixture:video", modality="video", title="Bunny", video=VideoRef(str(ROOT / "data/media/video/bikes.mp4"), 0.0, 60.0))
+
+
+def fixture_describer(frame) -> str:
+    """A hand-made stand-in for FrameDescriber: text that depends on the frame only."""
+    return f"labels: fixture@{frame.t}"
+
+
+def test_renderer_is_part_of_the_key_image_default_vs_described(tmp_path) -> None:
+    enc = FakeCountingEncoder()
+    plain, described = Hierarchy(2), Hierarchy(2, builders=[ImageTreeBuilder(describer=fixture_describer)])
+    assert plain.fingerprint != described.fingerprint
+    tree = plain.build(IMAGE)
+    old = NodeEmbeddingCache(enc, plain, cache_dir=tmp_path).embed_tree(tree)
+    fresh = FakeCountingEncoder()
+    got = NodeEmbeddingCache(fresh, described, cache_dir=tmp_path).embed_tree(described.build(IMAGE))
+    assert fresh.n_encoded == 1  # re-encoded under the described renderer, not served from the plain store
+    np.testing.assert_allclose(got, fresh.encode_nodes([described.node_input(tree, 0)]).numpy(), atol=1e-7)
+    assert not np.allclose(got, old)
+
+
+def test_video_clip_and_frame_settings_rekey() -> None:
+    enc = FakeCountingEncoder()
+    cache_30 = NodeEmbeddingCache(enc, Hierarchy(2, builders=[VideoTreeBuilder(clip_seconds=30.0)]))
+    h20 = Hierarchy(2, builders=[VideoTreeBuilder(clip_seconds=20.0)])
+    cache_20 = NodeEmbeddingCache(enc, h20)
+    cache_20._mem = cache_30._mem  # one shared memory tier, as one long-lived process would have
+    cache_30.embed_tree(cache_30.tree(VIDEO))
+    before = enc.n_encoded
+    tree20 = h20.build(VIDEO)  # leaf 0 = [0, 20) s now, same leaf range (0, 1) as [0, 30) s before
+    got = cache_20.embed_tree(tree20)
+    assert enc.n_encoded - before == len(tree20)
+    expect = FakeCountingEncoder().encode_nodes([h20.node_input(tree20, i) for i in range(len(tree20))]).numpy()
+    np.testing.assert_allclose(got, expect, atol=1e-7)
+    assert Hierarchy(2, builders=[VideoTreeBuilder(frame_interval=5.0)]).fingerprint != Hierarchy(2).fingerprint
+    assert Hierarchy(2, builders=[VideoTreeBuilder(max_frames=8)]).fingerprint != Hierarchy(2).fingerprint
+    assert Hierarchy(3).fingerprint == Hierarchy(2).fingerprint  # B does not change how a node renders
+
+
+def test_encoder_render_settings_enter_the_key() -> None:
+    enc = FakeCountingEncoder()
+    cache = NodeEmbeddingCache(enc)
+    enc.max_seq_length = 256
+    fp256 = cache.fingerprint
+    enc.max_seq_length = 128  # a shorter cut changes every long node's vector
+    assert cache.fingerprint != fp256 and "max_seq_length=128" in cache.fingerprint
+    enc.max_frames_per_node = 4
+    assert "max_frames_per_node=4" in cache.fingerprint
+
+
+def test_configured_trees_have_distinct_fingerprints() -> None:
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    default = instantiate(OmegaConf.load(ROOT / "configs/tree/default.yaml"))
+    described = instantiate(OmegaConf.load(ROOT / "configs/tree/described.yaml"))
+    assert default.fingerprint == Hierarchy(2).fingerprint
+    assert described.fingerprint != default.fingerprint
+    spec = described.builder("image").render_spec
+    assert "FrameDescriber" in spec["describer"] and "efficientnet-lite0" in spec["describer"]
+
+
+class FrameAwareFakeEncoder(FakeCountingEncoder):
+    """Like ``FakeCountingEncoder`` but the vector also depends on the frames a node carries (a visual encoder)."""
+
+    def encode_nodes(self, inputs, batch_size=None) -> torch.Tensor:
+        keyed = [f"{x.text}|frames={len(x.frames)}" if isinstance(x, NodeInput) else f"{x}|frames=0" for x in inputs]
+        return super().encode_nodes(keyed, batch_size)
+
+
+def test_scorer_without_cache_encodes_the_same_inputs_as_the_cache() -> None:
+    from canopy_lit.pipeline.scoring import NodeScorer
+
+    h = Hierarchy(2)
+    tree = h.build(VIDEO)  # video nodes carry frames
+    cached = NodeScorer(FrameAwareFakeEncoder(), h, NodeEmbeddingCache(FrameAwareFakeEncoder(), h))
+    plain = NodeScorer(FrameAwareFakeEncoder(), h)
+    np.testing.assert_allclose(plain.embed_tree(tree), cached.embed_tree(tree), atol=1e-7)
+    np.testing.assert_allclose(plain.embed_trees([tree], [[0, 1]])[0], cached.embed_trees([tree], [[0, 1]])[0], atol=1e-7)

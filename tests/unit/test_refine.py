@@ -156,3 +156,12 @@ def test_flat_top_m_picks_best_leaves_across_items() -> None:
     assert out == [[int(l0[1]), int(l0[3])], [int(l1[0])]]
     with pytest.raises(ValueError):
         FlatTopMRefiner(m=0)
+
+
+def test_flat_top_m_keeps_nothing_of_an_item_without_a_chosen_leaf() -> None:
+    # The loop then passes no block for that item (tests/unit/test_loop.py): [] is the contract, not [0].
+    trees = [tree_of(3), tree_of(2)]
+    scores = [np.zeros(len(t)) for t in trees]
+    scores[0][leaf_ids(trees[0])] = [0.9, 0.8, 0.7]
+    scores[1][leaf_ids(trees[1])] = [0.1, 0.2]
+    assert FlatTopMRefiner(m=2)(trees, scores)[1] == []

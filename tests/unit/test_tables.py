@@ -82,11 +82,46 @@ def test_k_study_makes_k_a_column_and_csv_has_every_run(studies: Path, tmp_path:
     for row in rows:
         m = metrics_of(Path(row["run"]))
         assert float(row["f1"]) == pytest.approx(m["eval/f1"])
-        assert float(row["duplicate_rate"]) == pytest.approx(m["eval/duplicate_rate"])
+        assert float(row["duplicate_rate_all_rounds"]) == pytest.approx(m["eval/duplicate_rate_all_rounds"])
+        followup = m.get("eval/followup_duplicate_rate")  # absent for one-round methods
+        assert row["followup_duplicate_rate"] == "" if followup is None else float(row["followup_duplicate_rate"]) == pytest.approx(followup)
         assert row["k"] in ("2", "4")
     # more items per round -> at least as many evidence tokens for whole items
     vanilla = sorted((int(r["k"]), float(r["evidence_tokens"])) for r in rows if r["method"] == "vanilla")
     assert vanilla[0][1] < vanilla[1][1]
+
+
+def test_old_duplicate_rate_is_labelled_all_rounds_and_followup_rate_comes_from_records(tmp_path: Path) -> None:
+    run = tmp_path / "old"
+    make_qa_run(run, "hotpotqa", 3, method="canopy", max_rounds=2)
+    m = metrics_of(run)
+    # A run folder from before the rename: one key, computed over all rounds.
+    old = {k: v for k, v in m.items() if "duplicate_rate" not in k} | {"eval/duplicate_rate": 0.25}
+    (run / "metrics.json").write_text(json.dumps(old))
+    from canopy_lit.eval.summary import summarize
+
+    expect = summarize(load_run(run).records())["eval/followup_duplicate_rate"]
+    row = qa_rows([load_run(run)])[0]
+    assert row["duplicate_rate_all_rounds"] == 0.25 and row["followup_duplicate_rate"] == pytest.approx(expect)
+    md = render_study("runs", [load_run(run)])
+    header = next(x for x in md.splitlines() if x.startswith("| method | benchmark |"))
+    assert "follow-up dup %" in header and "dup % all rounds" in header and "| dup % |" not in header
+
+
+def test_adapter_is_printed_relative_to_outputs_with_its_hash(tmp_path: Path) -> None:
+    adapter = tmp_path / "machine" / "outputs" / "quickstart" / "train" / "adapter"
+    adapter.mkdir(parents=True)
+    (adapter / "encoder_fingerprint.json").write_text(json.dumps({"adapter_hash": "0123456789abcdef"}))
+    label = tables._adapter({"encoder": {"adapter": str(adapter)}})
+    assert label == "outputs/quickstart/train/adapter (adapter 0123456789ab)"
+    # relative paths resolve against the run's project root to find the fingerprint
+    cfg = {"encoder": {"adapter": "outputs/quickstart/train/adapter"}, "paths": {"root_dir": str(tmp_path / "machine")}}
+    assert tables._adapter(cfg) == label
+    assert tables._adapter({"encoder": {"adapter": "/elsewhere/my_lora"}}) == "my_lora"  # outside outputs: its name
+    assert tables._adapter({"encoder": {"adapter": None}}) is None
+    make_qa_run(tmp_path / "run", "hotpotqa", 2, method="canopy", adapter=str(adapter))
+    md = render_study("runs", find_runs([tmp_path / "run"]))
+    assert "adapter = outputs/quickstart/train/adapter (adapter 0123456789ab);" in md and str(tmp_path) not in md
 
 
 def test_no_average_when_a_system_misses_a_benchmark(tmp_path: Path) -> None:

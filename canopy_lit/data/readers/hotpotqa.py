@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -91,14 +91,29 @@ def read(path: Path, name: str = "hotpotqa", strict: bool = True) -> Benchmark:
         name: benchmark name and item-id prefix (``2wikimultihopqa``, ``musique`` ...).
         strict: raise on a malformed record (default) or count it as ``skipped["malformed"]``.
     """
+    sources = ((file, file_split(file), _records(file)) for file in _files(Path(path)))
+    return read_records(sources, name, strict, path)
+
+
+def read_records(
+    sources: Iterable[tuple[Path, str | None, Iterable[Any]]],
+    name: str = "hotpotqa",
+    strict: bool = True,
+    path: str | Path = "",
+) -> Benchmark:
+    """HotpotQA-format records of any origin (JSON files, a Hugging Face dataset) -> ``Benchmark``.
+
+    Args:
+        sources: (path named in errors and ``meta["file"]``, split or None, its records).
+        name, strict: see ``read``. path: recorded in ``Benchmark.meta``.
+    """
     items: dict[str, Item] = {}
     questions: list[Question] = []
     candidates: dict[str, list[str]] = {}
     skipped: Counter = Counter()
     seen: set[str] = set()
-    for file in _files(Path(path)):
-        split = file_split(file)
-        for index, rec in enumerate(_records(file)):
+    for file, split, records in sources:
+        for index, rec in enumerate(records):
             with record_guard(file, index, rec, skipped, strict):
                 qid = str(rec.get("_id", rec.get("id"))) if isinstance(rec, dict) else None
                 if qid is None or qid == "None":

@@ -1,0 +1,242 @@
+"""Sparse retrieval: BM25 (``bm25s``) over the item texts the dense path embeds.
+
+Each item is indexed as its rendered root node (``render_item``: ``title: text`` for paragraphs;
+title, caption, header and every row for tables), so BM25 and FAISS rank the same strings.
+``build_bm25_retriever`` caches the index by corpus digest + BM25 settings under ``cache_dir``
+(``bm25s`` save/load: numpy arrays + JSON, no pickle).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import bm25s
+import numpy as np
+
+from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.retrieval.corpus import CorpusStore, render_item
+from canopy_lit.retrieval.retriever import Retrieval, _slug
+from canopy_lit.types import Item
+
+log = logging.getLogger(__name__)
+
+
+class ItemPool:
+    """In-memory stand-in for ``CorpusStore`` (ids in order, ``get_many``, ``modality``) over given items."""
+
+    def __init__(self, items: Iterable[Item]) -> None:
+        self._items = {it.id: it for it in items}
+        self.ids = list(self._items)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __contains__(self, item_id: object) -> bool:
+        return item_id in self._items
+
+    def __iter__(self):
+        return iter(self._items.values())
+
+    def get(self, item_id: str) -> Item:
+        return self._items[item_id]
+
+    def get_many(self, item_ids: Iterable[str]) -> list[Item]:
+        return [self._items[i] for i in item_ids]
+
+    def modality(self, item_id: str) -> str:
+        return self._items[item_id].modality.value
+
+
+@dataclass(frozen=True)
+class BM25Settings:
+    """Scoring and tokenisation settings (all part of the index cache key).
+
+    Args:
+        k1, b: BM25 term-frequency saturation and length normalisation (Lucene defaults 1.5 / 0.75
+            in bm25s; Pyserini uses 0.9 / 0.4).
+        method: bm25s variant: lucene | robertson | atire | bm25l | bm25+.
+        stemmer: Snowball language for PyStemmer (``english``), or None for no stemming.
+        stopwords: bm25s stopword list name (``english``) or None.
+    """
+
+    k1: float = 1.5
+    b: float = 0.75
+    method: str = "lucene"
+    stemmer: str | None = "english"
+    stopwords: str | None = "english"
+
+    def tokenize(self, texts: Sequence[str], vocab: bool) -> Any:
+        """bm25s tokens: ids + vocab for indexing (``vocab=True``), token strings for queries."""
+        stemmer = None
+        if self.stemmer:
+            import Stemmer  # PyStemmer
+
+            stemmer = Stemmer.Stemmer(self.stemmer)
+        return bm25s.tokenize(
+            list(texts), stopwords=self.stopwords, stemmer=stemmer, return_ids=vocab, show_progress=False
+        )
+
+
+def item_text(item: Item, hierarchy: Hierarchy | None = None) -> str:
+    """What BM25 indexes for an item: the text of its root node (same string the dense encoder reads)."""
+    return render_item(item, hierarchy).text
+
+
+@dataclass
+class BM25Retriever:
+    """BM25 over a corpus; same interface as ``FaissRetriever`` (``retrieve``, ``retrieve_round``, ``retrieve_batch``).
+
+    Items sharing no (non-stopword) term with the query score 0 and are never returned, so a result
+    can hold fewer than k items.
+
+    Args:
+        index: a ``bm25s.BM25`` whose document i is ``corpus.ids[i]``.
+        corpus: ``CorpusStore`` or ``ItemPool``.
+        settings: the tokenisation the index was built with (queries must use the same).
+        k, exclude_seen: see ``FaissRetriever``.
+        n_threads: bm25s query threads (0 = all cores; 1 on shared CPUs).
+    """
+
+    index: bm25s.BM25
+    corpus: Any
+    settings: BM25Settings = field(default_factory=BM25Settings)
+    k: int = 10
+    exclude_seen: bool = False
+    n_threads: int = 1
+    stats: dict[str, float] = field(default_factory=lambda: {"queries": 0, "seconds": 0.0})
+
+    @classmethod
+    def from_items(
+        cls, items: Iterable[Item], settings: BM25Settings | None = None, **kwargs: Any
+    ) -> BM25Retriever:
+        """Index ``items`` in memory (no cache): small pools such as one benchmark's delivered items."""
+        pool = ItemPool(items)
+        settings = settings or BM25Settings()
+        return cls(index_texts([item_text(it) for it in pool], settings), pool, settings, **kwargs)
+
+    def retrieve(self, query: str, k: int | None = None, exclude: Collection[str] = ()) -> Retrieval:
+        """Top-k items for ``query`` by BM25 score; ids in ``exclude`` are never returned."""
+        return self.retrieve_batch([query], k, [exclude])[0]
+
+    def retrieve_round(self, query: str, held: Collection[str], k: int | None = None) -> Retrieval:
+        """A critic-loop round: excludes the ``held`` items only when ``exclude_seen`` is on."""
+        return self.retrieve(query, k, held if self.exclude_seen else ())
+
+    def retrieve_batch(
+        self, queries: Sequence[str], k: int | None = None, exclude: Sequence[Collection[str]] | None = None
+    ) -> list[Retrieval]:
+        """Batched ``retrieve``: one tokenisation and one bm25s pass for all queries."""
+        t0 = time.perf_counter()
+        k = self.k if k is None else k
+        queries = list(queries)
+        excl = [frozenset(e) for e in exclude] if exclude is not None else [frozenset()] * len(queries)
+        if len(excl) != len(queries):
+            raise ValueError(f"{len(excl)} exclude sets for {len(queries)} queries")
+        out: list[Retrieval] = []
+        n = len(self.corpus)
+        if queries and n and k > 0:
+            # Over-fetch by the largest exclude set so that k survive the filter.
+            depth = min(n, k + max(len(e) for e in excl))
+            tokens = self.settings.tokenize(queries, vocab=False)
+            rows, scores = self.index.retrieve(tokens, k=depth, show_progress=False, n_threads=self.n_threads)
+            for q, e, r, s in zip(queries, excl, rows, scores, strict=True):
+                hits = [(self.corpus.ids[int(j)], float(v)) for j, v in zip(r, s, strict=True) if v > 0]
+                hits = [(i, v) for i, v in hits if i not in e][:k]
+                out.append(Retrieval(q, self.corpus.get_many(i for i, _ in hits), [v for _, v in hits]))
+        else:
+            out = [Retrieval(q, [], []) for q in queries]
+        dt = time.perf_counter() - t0
+        self.stats["queries"] += len(queries)
+        self.stats["seconds"] += dt
+        for r in out:
+            r.seconds = dt / max(1, len(queries))
+        return out
+
+    def scores(self, query: str) -> np.ndarray:
+        """BM25 score of every corpus item for ``query``: (N,) float32, row i = ``corpus.ids[i]``."""
+        tokens = self.settings.tokenize([query], vocab=False)[0]
+        return np.asarray(self.index.get_scores(tokens), dtype=np.float32)
+
+
+def index_texts(texts: Sequence[str], settings: BM25Settings) -> bm25s.BM25:
+    """A bm25s index over ``texts`` (document i = ``texts[i]``)."""
+    index = bm25s.BM25(k1=settings.k1, b=settings.b, method=settings.method)
+    index.index(settings.tokenize(texts, vocab=True), show_progress=False)
+    return index
+
+
+def load_or_build_index(corpus: CorpusStore, settings: BM25Settings, cache_dir: str | Path) -> bm25s.BM25:
+    """The BM25 index of ``corpus``, loaded from ``cache_dir/bm25-<digest>`` or built and saved there.
+
+    The folder is written under a temporary name and renamed, so an interrupted build never leaves
+    a half index that a later run would load.
+    """
+    cache = Path(cache_dir)
+    out = cache / f"bm25-{_slug(corpus.digest(), settings.__dict__)}"
+    if (out / "ids.json").is_file():
+        ids = json.loads((out / "ids.json").read_text())
+        if ids == corpus.ids:
+            return bm25s.BM25.load(str(out), show_progress=False)
+        log.warning("%s: ids differ from corpus %s; rebuilding", out, corpus.path)
+    t0 = time.perf_counter()
+    index = index_texts([item_text(it) for it in corpus], settings)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    index.save(str(tmp), show_progress=False)
+    (tmp / "ids.json").write_text(json.dumps(corpus.ids))
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
+    log.info("bm25: indexed %d items in %.1f s -> %s", len(corpus), time.perf_counter() - t0, out)
+    return index
+
+
+def build_bm25_retriever(
+    encoder: Any = None,
+    benchmarks: Sequence[str] = ("nq", "hotpotqa", "ottqa", "tatqa"),
+    cache_dir: str | Path = ".cache/retrieval",
+    k: int = 10,
+    exclude_seen: bool = False,
+    k1: float = 1.5,
+    b: float = 0.75,
+    method: str = "lucene",
+    stemmer: str | None = "english",
+    stopwords: str | None = "english",
+    n_threads: int = 1,
+    routing: bool = False,
+    router: Any = None,
+    benchmark_options: Mapping[str, Mapping[str, Any]] | None = None,
+) -> BM25Retriever:
+    """Corpus of ``benchmarks`` -> BM25 index (cached by content) -> retriever.
+
+    Args:
+        encoder: unused (BM25 needs no encoder); accepted so that every retrieval group option is
+            instantiated the same way.
+        benchmarks, cache_dir, benchmark_options: as ``build_retriever`` (the corpus JSONL is shared
+            with the dense retriever of the same benchmarks).
+        k, exclude_seen: see ``FaissRetriever``.
+        k1, b, method, stemmer, stopwords: ``BM25Settings``.
+        n_threads: bm25s query threads.
+        routing, router: modality routing is a dense-index feature; ``routing=True`` raises.
+    """
+    if routing:
+        raise ValueError(
+            "retrieval.routing=true is not supported by the BM25 retriever (use retrieval=default)"
+        )
+    names = [x.lower() for x in benchmarks]
+    opts = {n: dict(v) for n, v in (benchmark_options or {}).items()} or None
+    cache = Path(cache_dir)
+    corpus = CorpusStore.from_benchmarks(names, cache / f"corpus-{_slug(names, opts)}.jsonl", options=opts)
+    settings = BM25Settings(k1=k1, b=b, method=method, stemmer=stemmer, stopwords=stopwords)
+    index = load_or_build_index(corpus, settings, cache)
+    return BM25Retriever(index, corpus, settings, k=k, exclude_seen=exclude_seen, n_threads=n_threads)
+
+
+build_bm25_retriever.needs_encoder = False  # type: ignore[attr-defined]  # evaluate_retrieval skips loading one

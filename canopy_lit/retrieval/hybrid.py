@@ -1,0 +1,136 @@
+"""Hybrid retrieval: weighted reciprocal-rank fusion (RRF) of BM25 and dense rankings.
+
+RRF (Cormack et al., 2009): ``score(d) = sum_r w_r / (rrf_k + rank_r(d))`` with 1-based ranks; an
+item missing from a ranking contributes nothing for it. Ranks, not raw scores, are fused, so BM25
+and cosine scales never need calibrating against each other.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from canopy_lit.retrieval.retriever import Retrieval
+
+
+def reciprocal_rank_fusion(
+    rankings: Sequence[Sequence[str]], weights: Sequence[float] | None = None, rrf_k: int = 60
+) -> list[tuple[str, float]]:
+    """Fuse ranked id lists (best first) into one ranking of (id, fused score), best first.
+
+    Ties keep the order of first appearance (the first ranking's order first), so the result is
+    deterministic.
+    """
+    weights = [1.0] * len(rankings) if weights is None else list(weights)
+    if len(weights) != len(rankings):
+        raise ValueError(f"{len(weights)} weights for {len(rankings)} rankings")
+    if rrf_k < 0:
+        raise ValueError(f"rrf_k must be >= 0, got {rrf_k}")
+    fused: dict[str, float] = {}
+    for ranking, w in zip(rankings, weights, strict=True):
+        for rank, item_id in enumerate(ranking, 1):
+            fused[item_id] = fused.get(item_id, 0.0) + w / (rrf_k + rank)
+    order = sorted(enumerate(fused.items()), key=lambda t: (-t[1][1], t[0]))
+    return [pair for _, pair in order]
+
+
+@dataclass
+class HybridRetriever:
+    """RRF of several retrievers over the same corpus (same interface as ``FaissRetriever``).
+
+    Args:
+        retrievers: name -> retriever (e.g. ``{"dense": FaissRetriever, "bm25": BM25Retriever}``).
+        weights: name -> RRF weight (missing names weigh 1).
+        rrf_k: RRF rank offset (60 in the original paper; smaller trusts the top ranks more).
+        depth: items fetched from each retriever before fusion (>= k; deeper = more fusion candidates).
+        k, exclude_seen: see ``FaissRetriever``.
+    """
+
+    retrievers: Mapping[str, Any]
+    weights: Mapping[str, float] = field(default_factory=dict)
+    rrf_k: int = 60
+    depth: int = 100
+    k: int = 10
+    exclude_seen: bool = False
+    stats: dict[str, float] = field(default_factory=lambda: {"queries": 0, "seconds": 0.0})
+
+    def __post_init__(self) -> None:
+        if not self.retrievers:
+            raise ValueError("HybridRetriever needs at least one retriever")
+        unknown = sorted(set(self.weights) - set(self.retrievers))
+        if unknown:
+            raise ValueError(f"retrieval.weights names {unknown}; retrievers are {sorted(self.retrievers)}")
+
+    @property
+    def corpus(self) -> Any:
+        """The shared corpus (the first retriever's)."""
+        return next(iter(self.retrievers.values())).corpus
+
+    def retrieve(self, query: str, k: int | None = None, exclude: Collection[str] = ()) -> Retrieval:
+        """Top-k items by fused rank; ids in ``exclude`` are never returned."""
+        return self.retrieve_batch([query], k, [exclude])[0]
+
+    def retrieve_round(self, query: str, held: Collection[str], k: int | None = None) -> Retrieval:
+        """A critic-loop round: excludes the ``held`` items only when ``exclude_seen`` is on."""
+        return self.retrieve(query, k, held if self.exclude_seen else ())
+
+    def retrieve_batch(
+        self, queries: Sequence[str], k: int | None = None, exclude: Sequence[Collection[str]] | None = None
+    ) -> list[Retrieval]:
+        """Each retriever's top ``max(depth, k)`` per query, fused by RRF; scores are the fused scores."""
+        t0 = time.perf_counter()
+        k = self.k if k is None else k
+        queries = list(queries)
+        depth = max(self.depth, k)
+        names = list(self.retrievers)
+        runs = {n: self.retrievers[n].retrieve_batch(queries, depth, exclude) for n in names}
+        weights = [float(self.weights.get(n, 1.0)) for n in names]
+        out = []
+        for i, q in enumerate(queries):
+            items = {it.id: it for n in names for it in runs[n][i].items}
+            fused = reciprocal_rank_fusion([runs[n][i].ids for n in names], weights, self.rrf_k)[:k]
+            out.append(Retrieval(q, [items[j] for j, _ in fused], [s for _, s in fused]))
+        dt = time.perf_counter() - t0
+        self.stats["queries"] += len(queries)
+        self.stats["seconds"] += dt
+        for r in out:
+            r.seconds = dt / max(1, len(queries))
+        return out
+
+
+def build_hybrid_retriever(
+    encoder: Any,
+    benchmarks: Sequence[str] = ("nq", "hotpotqa", "ottqa", "tatqa"),
+    cache_dir: str | Path = ".cache/retrieval",
+    k: int = 10,
+    exclude_seen: bool = False,
+    rrf_k: int = 60,
+    depth: int = 100,
+    weights: Mapping[str, float] | None = None,
+    bm25: Mapping[str, Any] | None = None,
+    benchmark_options: Mapping[str, Mapping[str, Any]] | None = None,
+    **dense: Any,
+) -> HybridRetriever:
+    """Dense (``build_retriever``) + BM25 (``build_bm25_retriever``) over one corpus, fused by RRF.
+
+    Args:
+        encoder: ``NodeEncoder`` for the dense side.
+        benchmarks, cache_dir, benchmark_options, k, exclude_seen: shared by both sides.
+        rrf_k, depth, weights: see ``HybridRetriever`` (weights keys: ``dense``, ``bm25``).
+        bm25: ``build_bm25_retriever`` options (k1, b, method, stemmer, stopwords, n_threads).
+        **dense: the remaining ``build_retriever`` options (index, index_options, routing, router ...).
+    """
+    from canopy_lit.retrieval.bm25 import build_bm25_retriever
+    from canopy_lit.retrieval.retriever import build_retriever
+
+    shared = {"benchmarks": benchmarks, "cache_dir": cache_dir, "benchmark_options": benchmark_options}
+    sides = {
+        "dense": build_retriever(encoder, k=k, **shared, **dense),
+        "bm25": build_bm25_retriever(k=k, **shared, **dict(bm25 or {})),
+    }
+    return HybridRetriever(
+        sides, dict(weights or {}), rrf_k=rrf_k, depth=depth, k=k, exclude_seen=exclude_seen
+    )

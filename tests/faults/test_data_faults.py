@@ -1,0 +1,105 @@
+"""Issue "Reliability" 2 (gold problems are reported, zero usable questions is an error naming the file),
+and the data faults that already behaved: missing file, truncated JSON, wrong schema, non-UTF-8.
+
+Tiny hand-made HotpotQA-format files (``*_dev.json``: the test split) run through ``evaluate.py``.
+The error cases stop while reading data, before any model loads.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from evaluate_runner import DEAD_SERVER, metrics, records, run_script
+
+CONTEXT = [
+    ["Paris", ["Paris is the capital of France.", "It lies on the Seine.", "It has many museums."]],
+    ["Lyon", ["Lyon is a city in France.", "It is known for its food."]],
+]
+
+
+def hotpot(qid: str, facts: list | None) -> dict:
+    rec = {"_id": qid, "question": "Which city is the capital of France?", "answer": "Paris", "context": CONTEXT}
+    if facts is not None:
+        rec["supporting_facts"] = facts
+    return rec
+
+
+def write(tmp_path: Path, content: str | bytes, name: str = "tiny_dev.json") -> Path:
+    path = tmp_path / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return path
+
+
+def qa(tmp_path: Path, data: Path, *overrides: str):
+    """A QA run that would need no model before the data is read (closed book, dead server)."""
+    return run_script(
+        "evaluate.py", tmp_path / "run", "method=no_retrieval", "llm=openai", f"llm.base_url={DEAD_SERVER}",
+        "data=hotpotqa", f"data.path={data}", "data.split=test", *overrides,
+    )  # fmt: skip
+
+
+def test_skipped_gold_and_records_are_reported_on_stderr_and_in_metrics(tmp_path: Path) -> None:
+    recs = [
+        hotpot("q1", [["Paris", 0], ["Paris", 7]]),  # sentence 7 is past the paragraph's last sentence
+        hotpot("q2", [["Paris", 0], ["Lyon", 0]]),
+        {"_id": "q3", "question": "Broken?", "context": "not a list of paragraphs"},  # malformed record
+    ]
+    data = write(tmp_path, json.dumps(recs))
+    run_dir = tmp_path / "run"
+    out = run_script(
+        "evaluate.py", run_dir, "experiment=probe", "data=hotpotqa", f"data.path={data}", "data.split=test",
+        "data.options.strict=false",
+    )  # fmt: skip
+    assert out.status == 0, out.stderr[-2000:]
+    assert f"hotpotqa ({data}): skipped 1 x gold_sentence_out_of_range" in out.stderr
+    assert f"hotpotqa ({data}): skipped 1 x malformed" in out.stderr
+    m = metrics(run_dir)
+    assert m["data/skipped/gold_sentence_out_of_range"] == 1.0 and m["data/skipped/malformed"] == 1.0
+    assert m["probe/n_questions"] == 2.0
+    assert "skipped 1 x gold_sentence_out_of_range" in (run_dir / "evaluate.log").read_text()
+
+
+def test_file_without_supporting_facts_cannot_be_probed(tmp_path: Path) -> None:
+    data = write(tmp_path, json.dumps([hotpot("q1", None), hotpot("q2", None)]))
+    out = run_script("evaluate.py", tmp_path / "run", "experiment=probe", "data=hotpotqa", f"data.path={data}")
+    assert out.status == 1
+    assert f"{data}: no questions with located gold evidence to probe" in out.stderr
+    assert "no_gold_annotation: 2" in out.stderr
+    assert "skipped 2 x no_gold_annotation" in out.stderr
+    assert not (tmp_path / "run" / "metrics.json").exists()  # no NaN probe
+
+
+def test_empty_data_file_is_an_error_naming_the_file(tmp_path: Path) -> None:
+    data = write(tmp_path, "")
+    out = qa(tmp_path, data)
+    assert out.status == 1
+    assert f"evaluate.py: error: {data}: no usable questions in split 'test' (0 question(s) read" in out.stderr
+    assert records(tmp_path / "run") == [] and not (tmp_path / "run" / "metrics.json").exists()
+
+
+def test_split_without_questions_is_an_error_naming_the_file(tmp_path: Path) -> None:
+    data = write(tmp_path, json.dumps([hotpot("q1", [["Paris", 0]])]), name="tiny_train.json")  # train only
+    out = qa(tmp_path, data)
+    assert out.status == 1 and f"{data}: no usable questions in split 'test' (1 question(s) read" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "benchmark file not found: {path}"),
+        ('[{"_id": "q1", "question": "Which city', "{path}, record 0: invalid or truncated JSON"),
+        (json.dumps([{"_id": "q1", "question": "Q?", "context": "oops"}]),
+         "{path}, record 0 (id 'q1'): TypeError: field 'context' is a str, expected list or dict"),
+        (b'[{"_id": "q1", "question": "caf\xe9?", "context": []}]', "{path}, record 0: not UTF-8 text"),
+    ],
+    ids=["missing_file", "truncated_json", "wrong_schema", "not_utf8"],
+)
+def test_unreadable_data_exits_1_naming_file_and_record(tmp_path: Path, content: str | bytes | None, message: str) -> None:
+    data = tmp_path / "tiny_dev.json" if content is None else write(tmp_path, content)
+    out = qa(tmp_path, data)
+    assert out.status == 1
+    assert f"evaluate.py: error: {message.format(path=data)}" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert records(tmp_path / "run") == []
