@@ -77,6 +77,8 @@ class RetrievalSchema:
 
     k: int = knob(10, ge=1)
     scope: str = knob("corpus", choices=("corpus", "candidates", "benchmark"))
+    # how scope=candidates/benchmark ranks a question's items (bm25.yaml / hybrid.yaml set it)
+    candidate_ranking: str = knob("dense", choices=("dense", "bm25", "hybrid"))
     index: str = knob("flat_sq_fp16", choices=("flat_sq_fp16", "flat", "ivfpq"))
     batch_size: int = knob(64, ge=1)
     shard_size: int = knob(4096, ge=1)
@@ -195,7 +197,11 @@ _KIND_NAMES = {int: "an integer", float: "a number", bool: "true or false", str:
 
 def _describe(kind: type, optional: bool, rule: dict[str, Any]) -> str:
     text = _KIND_NAMES.get(kind, kind.__name__)
-    bounds = [f"{op} {rule[key]}" for key, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")) if key in rule]
+    bounds = [
+        f"{op} {rule[key]}"
+        for key, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
+        if key in rule
+    ]
     if bounds:
         text += " " + " and ".join(bounds)
     if rule.get("choices"):
@@ -256,10 +262,14 @@ def _value(node: DictConfig, key: str) -> Any:
         value = node[key]
     except Exception:  # an interpolation only Hydra's runtime can resolve: not ours to judge
         return _MISSING
-    return OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
+    return (
+        OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
+    )
 
 
-def _check_fields(node: Any, prefix: str, schema: type, problems: list[str], **overrides: dict[str, Any]) -> None:
+def _check_fields(
+    node: Any, prefix: str, schema: type, problems: list[str], **overrides: dict[str, Any]
+) -> None:
     """Check the keys of ``node`` that ``schema`` declares; ``overrides`` replace a field's rule."""
     if not isinstance(node, DictConfig):
         return
@@ -355,8 +365,10 @@ def declared_keys(config_dir: Path = CONFIG_DIR) -> dict[str, frozenset[str]]:
         else:
             out.setdefault(group, set()).update(map(str, doc))
     return {k: frozenset(v - {"defaults"}) for k, v in out.items()}
+
+
 # Keys of the retrieval group the pipeline reads (the rest are build_retriever arguments).
-_PIPELINE_RETRIEVAL_KEYS = {"scope", "node_cache_dir"}
+_PIPELINE_RETRIEVAL_KEYS = {"scope", "node_cache_dir", "candidate_ranking"}
 
 
 def validate_eval_config(cfg: DictConfig) -> None:
@@ -381,7 +393,9 @@ def validate_eval_config(cfg: DictConfig) -> None:
     _check_fields(loop, "loop.", LoopSchema, problems, max_rounds={"ge": least})
     retrieval = cfg.get("retrieval")
     _check_fields(retrieval, "retrieval.", RetrievalSchema, problems, k={"ge": least})
-    _check_target_keys(retrieval, "retrieval.", problems, _PIPELINE_RETRIEVAL_KEYS)
+    from canopy_lit.pipeline.build import _PIPELINE_RETRIEVAL_KEYS as pipeline_keys  # the one list
+
+    _check_target_keys(retrieval, "retrieval.", problems, _PIPELINE_RETRIEVAL_KEYS | set(pipeline_keys))
     if retrieves and mode == "qa":
         # Append the reason to the k / R messages: "0 is fine elsewhere" is the surprising part.
         problems = [p + why if p.startswith(("retrieval.k ", "loop.max_rounds ")) else p for p in problems]

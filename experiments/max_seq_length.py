@@ -18,7 +18,7 @@ from canopy_lit.data import load_split
 from canopy_lit.encoders.text import resolve_text_backbone
 from canopy_lit.hierarchy import Hierarchy
 
-DATA = {"ottqa": "configs/data/ottqa.yaml", "tatqa": "configs/data/tatqa.yaml", "hotpotqa": "configs/data/hotpotqa.yaml"}
+DATA = {name: f"configs/data/{name}.yaml" for name in ("hotpotqa", "nq", "ottqa", "tatqa")}
 
 
 def data_kwargs(name: str, split: str) -> dict:
@@ -59,7 +59,9 @@ def truncation_stats(name: str, split: str, lengths: list[int], limit: int | Non
         items_with_tie = sum(
             any(ids[v][:L] == ids[c][:L] for v in range(len(t)) for c in t.children[v]) for t, ids in ids_per_tree
         )
+        tokens = sum(min(len(x), L) for _, ids in ids_per_tree for x in ids)
         out[str(L)] = {
+            "encoded_tokens": tokens,
             "truncated_roots": roots,
             "truncated_table_roots": table_roots,
             "truncated_nodes": nodes,

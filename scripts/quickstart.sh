@@ -21,8 +21,11 @@ fi
 ADAPTER=$(realpath "$OUT/train/adapter")
 
 # 2. Refinement probe on the HotpotQA dev file (no LLM): f0 vs fθ.
-python evaluate.py experiment=probe data=hotpotqa data.split=test encoder.adapter=null hydra.run.dir="$OUT/probe/f0" progress=false
-python evaluate.py experiment=probe data=hotpotqa data.split=test encoder.adapter="$ADAPTER" hydra.run.dir="$OUT/probe/ftheta" progress=false
+# Each probe is skipped when its metrics.json exists (a finished run), like the other steps.
+[ -f "$OUT/probe/f0/metrics.json" ] ||
+  python evaluate.py experiment=probe data=hotpotqa data.split=test encoder.adapter=null hydra.run.dir="$OUT/probe/f0" progress=false
+[ -f "$OUT/probe/ftheta/metrics.json" ] ||
+  python evaluate.py experiment=probe data=hotpotqa data.split=test encoder.adapter="$ADAPTER" hydra.run.dir="$OUT/probe/ftheta" progress=false
 
 # 3. End-to-end QA with the local Qwen2.5-1.5B as critic and reader.
 for bench in hotpotqa nq ottqa tatqa; do

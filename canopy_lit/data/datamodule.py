@@ -19,6 +19,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from canopy_lit.encoders.base import EncoderInput
@@ -275,11 +276,11 @@ class PreferenceCollate:
 
     def __init__(self, tokenize: Tokenize | None = None) -> None:
         self.tokenize = tokenize
-        self.cache: dict[Any, dict[str, list[int]]] = {}
+        self.cache: dict[str, dict[str, torch.Tensor]] = {}  # text -> unpadded (L,) ids per tokenizer key
         self.pad_values: dict[str, int] = {}
 
     def pretokenize(self, inputs: Sequence[EncoderInput], chunk: int = 512) -> int:
-        """Tokenise every distinct text-only input once into unpadded id lists; returns how many were added.
+        """Tokenise every distinct text-only input once into unpadded (L,) id rows; returns how many were added.
 
         Needs a right-padding tokenizer (``attention_mask`` rows of ones then zeros), as both encoders use.
         """
@@ -301,7 +302,7 @@ class PreferenceCollate:
                     self.pad_values[k] = int(pad[0])
             for i, t in enumerate(texts):
                 n = int(lengths[i])
-                self.cache[t] = {k: v[i, :n].tolist() for k, v in enc.items()}
+                self.cache[t] = {k: v[i, :n].clone() for k, v in enc.items()}
         return len(todo)
 
     def tokens(self, inputs: Sequence[EncoderInput]) -> dict[str, torch.Tensor]:
@@ -311,14 +312,10 @@ class PreferenceCollate:
         if not all(isinstance(k, str) and k in self.cache for k in keys):
             return self.tokenize(list(inputs))
         rows = [self.cache[k] for k in keys]
-        width = max(len(r["attention_mask"]) for r in rows)
-        out = {}
-        for name in rows[0]:
-            t = torch.full((len(rows), width), self.pad_values.get(name, 0), dtype=torch.long)
-            for i, r in enumerate(rows):
-                t[i, : len(r[name])] = torch.tensor(r[name], dtype=torch.long)
-            out[name] = t
-        return out
+        return {
+            name: pad_sequence([r[name] for r in rows], batch_first=True, padding_value=self.pad_values.get(name, 0))
+            for name in rows[0]
+        }
 
     def __call__(self, examples: Sequence[Example]) -> dict[str, Any]:
         node_row: dict[Any, int] = {}

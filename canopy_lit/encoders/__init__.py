@@ -9,6 +9,7 @@ Usable without Hydra::
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,15 @@ def load_encoder(backbone: str = "minilm", adapter: str | Path | None = None, **
             a hub id or a local folder (a folder with ``model_type: qwen3_vl`` is loaded as Qwen3-VL).
         adapter: a folder written by ``NodeEncoder.save_adapter`` (or ``None`` = f0 everywhere).
         **kwargs: passed to the encoder class (``max_seq_length``, ``device``, ``torch_dtype`` ...).
+            Without ``max_seq_length``, an adapter's own (from its fingerprint file) is used: the length
+            is part of the backbone hash the adapter must match.
     """
     name = str(backbone)
+    if adapter and "max_seq_length" not in kwargs:
+        saved = Path(adapter) / FINGERPRINT_FILE
+        length = json.loads(saved.read_text()).get("max_seq_length") if saved.is_file() else None
+        if length:
+            kwargs["max_seq_length"] = int(length)
     if name.lower() in QWEN3VL_ALIASES or _is_qwen3vl(name):
         from canopy_lit.encoders.qwen3vl import Qwen3VLEncoder
 

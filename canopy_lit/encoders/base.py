@@ -297,6 +297,8 @@ class NodeEncoder(ABC, nn.Module):
             "fingerprint": self.fingerprint,
             "dim": self.dim,
             "encoder": type(self).__name__,
+            # part of the backbone hash: ``load_encoder(backbone, adapter=DIR)`` adopts it when not given
+            "max_seq_length": getattr(self, "max_seq_length", None),
         }
         (path / FINGERPRINT_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         return path

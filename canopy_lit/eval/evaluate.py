@@ -51,6 +51,7 @@ def _setting(cfg: DictConfig) -> str:
         f"k={cfg.retrieval.k} B={cfg.tree.branching} R={cfg.loop.max_rounds} "
         f"refine={cfg.refine._target_.rsplit('.', 1)[-1]} encoder={cfg.encoder.get('backbone')} "
         f"adapter={cfg.encoder.get('adapter')}"
+        + (f" scorer={cfg.refine.scorer}" if cfg.refine.get("scorer") else "")  # a refiner's own scorer (recomp: f0)
     )
 
 

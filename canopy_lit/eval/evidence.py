@@ -190,7 +190,7 @@ def token_counter(spec: str) -> TokenCounter:
 # --- flat top leaves at a matched token budget ----------------------------------------------------
 
 
-class MatchedFlatRefiner:
+class FlatMatchedRefiner:
     """Flat baseline at a matched budget: the best-scoring leaves until the reference's token count.
 
     For each call (one question's round), the ``reference`` refiner (CANOPY) runs on the same
@@ -222,11 +222,9 @@ class MatchedFlatRefiner:
         return token_counter(self.tokenizer)
 
     def _tokens(self, tree: Tree, kept: Sequence[int]) -> int:
-        return (
-            self.count(self.hierarchy.evidence_text(tree, sorted(kept, key=lambda i: int(tree.starts[i]))))
-            if kept
-            else 0
-        )
+        # An item with nothing kept still reaches the reader as its title and an ellipsis (the loop
+        # renders every retrieved item), so it is counted like any block.
+        return self.count(self.hierarchy.evidence_text(tree, sorted(kept, key=lambda i: int(tree.starts[i]))))
 
     def __call__(
         self, trees: Sequence[Tree], scores: Sequence[np.ndarray], aggregation: Sequence[bool] | None = None
@@ -285,9 +283,15 @@ class CachedCandidateRetriever(CandidateRetriever):
 
     def __init__(self, base: CandidateRetriever, cache: Any) -> None:
         super().__init__(
-            base.items, base.candidates, base.encoder, base.hierarchy, base.router,
-            ranking=base.ranking, rrf_k=base.rrf_k, weights=base.weights,
-        )  # fmt: skip
+            base.items,
+            base.candidates,
+            base.encoder,
+            base.hierarchy,
+            base.router,
+            ranking=base.ranking,
+            rrf_k=base.rrf_k,
+            weights=base.weights,
+        )
         self.cache = cache
 
     def _embed(self, ids: Sequence[str]) -> np.ndarray:
@@ -300,11 +304,17 @@ class CachedCandidateRetriever(CandidateRetriever):
 
 
 class _QuerySideEncoder:
-    """f0 query-side embeddings of node texts, seen as a node encoder (for the retrieval cache)."""
+    """f0 query-side embeddings of node texts, seen as a node encoder (for the retrieval cache).
+
+    Other attributes (``dim``, ``max_seq_length``, ...) are the wrapped encoder's, so the cache key
+    holds every encoder setting the node cache keys on.
+    """
 
     def __init__(self, encoder: Any) -> None:
         self.encoder = encoder
-        self.dim = encoder.dim
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.encoder, name)
 
     @property
     def fingerprint(self) -> str:
@@ -454,7 +464,7 @@ def build_evidence_runner(cfg: DictConfig, bench: Any) -> EvidenceRunner:
         raise ValueError(f"mode=evidence needs retrieval.k >= 1, got {cfg.retrieval.k}")
     hierarchy: Hierarchy = instantiate(cfg.tree)
     refiner = instantiate(cfg.refine)
-    if isinstance(refiner, MatchedFlatRefiner):
+    if isinstance(refiner, FlatMatchedRefiner):
         refiner.hierarchy = hierarchy  # render its budget exactly as the loop renders evidence
     count = token_counter(str(cfg.evidence.tokenizer))
     encoder = load_encoder_from_cfg(cfg)
@@ -521,3 +531,84 @@ def run_evidence(cfg: DictConfig, out_dir: Path) -> dict[str, float]:
         out_dir, metrics, markdown_table([row], ["refine", "benchmark", *EVIDENCE_COLUMNS], setting)
     )
     return metrics
+
+
+# --- paired comparison of two runs ---------------------------------------------------------------
+
+
+def paired_difference(
+    a: Sequence[float], b: Sequence[float], n_boot: int = 1000, seed: int = 0
+) -> tuple[float, float, float]:
+    """mean(a - b) over paired questions and its 95% percentile bootstrap CI."""
+    d = np.asarray(a, float) - np.asarray(b, float)
+    if len(d) == 0:
+        return float("nan"), float("nan"), float("nan")
+    lo, hi = bootstrap_ci(d, n_boot=n_boot, seed=seed)
+    return float(d.mean()), lo, hi
+
+
+def compare_runs(run_a: str | Path, run_b: str | Path) -> dict[str, float]:
+    """Run A against run B on the questions both recorded (paired by id; failed = no answer).
+
+    Returns:
+        ``answer_recall_diff`` (A - B, in [−1, 1]) with ``_ci_low`` / ``_ci_high`` over the questions
+        measurable in both; ``token_ratio`` = tokens A / tokens B (sum over questions) with its CI;
+        ``n`` paired questions, ``n_answer`` of them with a measurable answer.
+    """
+    from canopy_lit.eval.tables import read_jsonl
+
+    recs = [{r["id"]: r for r in read_jsonl(Path(p) / "predictions.jsonl")} for p in (run_a, run_b)]
+    ids = [i for i in recs[0] if i in recs[1]]
+    if not ids:
+        raise ValueError(f"{run_a} and {run_b} share no recorded question")
+
+    def ev(r: Mapping[str, Any]) -> Mapping[str, Any]:
+        return r.get("evidence") or {} if r.get("status") == "ok" else {"answer_found": False, "tokens": 0}
+
+    pairs = [(ev(recs[0][i]), ev(recs[1][i])) for i in ids]
+    both = [
+        (x, y) for x, y in pairs if x.get("answer_found") is not None and y.get("answer_found") is not None
+    ]
+    diff, lo, hi = paired_difference(
+        [float(x["answer_found"]) for x, _ in both], [float(y["answer_found"]) for _, y in both]
+    )
+    ta, tb = [float(x.get("tokens", 0)) for x, _ in pairs], [float(y.get("tokens", 0)) for _, y in pairs]
+    rlo, rhi = bootstrap_ratio_ci(ta, tb)
+    return {
+        "n": float(len(ids)),
+        "n_answer": float(len(both)),
+        "answer_recall_diff": diff,
+        "answer_recall_diff_ci_low": lo,
+        "answer_recall_diff_ci_high": hi,
+        "token_ratio": sum(ta) / sum(tb) if sum(tb) else float("nan"),
+        "token_ratio_ci_low": rlo,
+        "token_ratio_ci_high": rhi,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m canopy_lit.eval.evidence RUN_A RUN_B``: paired answer-recall difference and token ratio."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m canopy_lit.eval.evidence", description=main.__doc__)
+    ap.add_argument("run_a", help="evidence run folder (e.g. canopy)")
+    ap.add_argument("run_b", help="evidence run folder to compare against (e.g. keep-whole)")
+    args = ap.parse_args(argv)
+    try:
+        c = compare_runs(args.run_a, args.run_b)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(
+        f"paired questions {c['n']:.0f} ({c['n_answer']:.0f} with a measurable answer)\n"
+        f"answer recall A - B: {100 * c['answer_recall_diff']:+.1f} points "
+        f"[{100 * c['answer_recall_diff_ci_low']:+.1f}, {100 * c['answer_recall_diff_ci_high']:+.1f}]\n"
+        f"tokens A / B: {c['token_ratio']:.3f} [{c['token_ratio_ci_low']:.3f}, {c['token_ratio_ci_high']:.3f}] "
+        f"({abs(100 * (1 - c['token_ratio'])):.0f}% {'fewer' if c['token_ratio'] <= 1 else 'more'})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

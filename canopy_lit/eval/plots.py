@@ -159,8 +159,12 @@ def plot_answer_recall_vs_tokens(runs: Sequence[Run], path: str | Path) -> Path 
 
                 ax.errorbar(xs, ys, yerr=err("evidence/answer_recall", ys, 100.0), xerr=err("evidence/tokens", xs, 1.0),
                             fmt="-o", ms=4, capsize=2, color=cmap[s], label=s)  # fmt: skip
+                # k beyond a question's pool gives the same point (HotpotQA: 10 items, so k=10 = k=20): one label.
+                same: dict[tuple[float, float], list[str]] = {}
                 for (k, _), x, y in zip(pts, xs, ys):
-                    ax.annotate(f"k={k:g}", (x, y), textcoords="offset points", xytext=(4, -9), fontsize=6)
+                    same.setdefault((round(float(x), 6), round(float(y), 6)), []).append(f"{k:g}")
+                for (x, y), ks in same.items():
+                    ax.annotate(f"k={','.join(ks)}", (x, y), textcoords="offset points", xytext=(4, -9), fontsize=6)
             ax.set_title(f"{b}" + (f", B={bb}" if bb else ""))
             ax.set_xlabel("evidence tokens per question (reader tokenizer)")
             ax.set_ylabel("answer recall (%)")

@@ -167,6 +167,7 @@ class CallRecord:
     seconds: float
     scope: str = ""
     ok: bool = True
+    cached_tokens: int = 0  # prompt tokens served from the backend's prefix cache (not prefilled)
 
 
 class CallLog:
@@ -193,27 +194,43 @@ class CallLog:
         finally:
             self._scope.name = prev
 
-    def add(self, role: str, prompt_tokens: int, completion_tokens: int, seconds: float, ok: bool = True) -> None:
-        rec = CallRecord(role, prompt_tokens, completion_tokens, seconds, getattr(self._scope, "name", ""), ok)
+    def add(
+        self,
+        role: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        seconds: float,
+        ok: bool = True,
+        cached_tokens: int = 0,
+        scope: str | None = None,
+    ) -> None:
+        """Record one call; ``scope`` overrides the thread's current scope (batched calls of many questions)."""
+        name = getattr(self._scope, "name", "") if scope is None else scope
+        rec = CallRecord(role, prompt_tokens, completion_tokens, seconds, name, ok, cached_tokens)
         with self._lock:
             self.records.append(rec)
 
     def summary(self, *, since: int = 0, scope: str | None = None) -> dict[str, Any]:
-        """Totals and per-role breakdown: ``{"calls", "prompt_tokens", "completion_tokens", "seconds", "by_role"}``."""
+        """Totals and per-role breakdown: ``{"calls", "prompt_tokens", "cached_tokens", "prefill_tokens",
+        "completion_tokens", "seconds", "failed", "by_role"}``; ``prefill_tokens`` = prompt tokens not
+        served from a prefix cache (what the backend actually computed)."""
         with self._lock:
             recs = [r for r in self.records[since:] if scope is None or r.scope == scope]
         by_role: dict[str, dict[str, float]] = defaultdict(
-            lambda: {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "seconds": 0.0}
+            lambda: {"calls": 0, "prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0, "seconds": 0.0}
         )
         for r in recs:
             d = by_role[r.role]
             d["calls"] += 1
             d["prompt_tokens"] += r.prompt_tokens
+            d["cached_tokens"] += r.cached_tokens
             d["completion_tokens"] += r.completion_tokens
             d["seconds"] += r.seconds
         return {
             "calls": len(recs),
             "prompt_tokens": sum(r.prompt_tokens for r in recs),
+            "cached_tokens": sum(r.cached_tokens for r in recs),
+            "prefill_tokens": sum(r.prompt_tokens - r.cached_tokens for r in recs),
             "completion_tokens": sum(r.completion_tokens for r in recs),
             "seconds": sum(r.seconds for r in recs),
             "failed": sum(not r.ok for r in recs),
@@ -329,7 +346,7 @@ class BaseLLM(ABC):
     def _record(self, resp: LLMResponse, role: str, seconds: float) -> LLMResponse:
         """Account one successful call in ``log``; ``resp`` gets its wall time and role."""
         resp.seconds, resp.role = seconds, role
-        self.log.add(role, resp.prompt_tokens, resp.completion_tokens, seconds)
+        self.log.add(role, resp.prompt_tokens, resp.completion_tokens, seconds, cached_tokens=resp.cached_tokens)
         return resp
 
     @abstractmethod

@@ -47,6 +47,9 @@ class LlamaCppLLM(BaseLLM):
         n_parallel: concurrent sequences (slots); ``chat_batch`` uses that many threads.
         seed: sampling seed (temperature 0 is greedy anyway).
         multimodal: leave False: these GGUFs are text-only, image parts are rendered as descriptions.
+        cache_prompt: reuse the slot's KV cache for the longest common prompt prefix (llama.cpp
+            ``cache_prompt``); False prefills every prompt in full (the no-reuse baseline of
+            experiments/perf.md). Reused tokens are reported per call as ``cached_tokens``.
         calibration: model-specific numbers such as ``critic_yes_threshold``.
     """
 
@@ -64,6 +67,7 @@ class LlamaCppLLM(BaseLLM):
         multimodal: bool = False,
         calibration: dict[str, float] | None = None,
         allow_downloads: bool | None = None,
+        cache_prompt: bool = True,
     ) -> None:
         super().__init__(multimodal=multimodal, calibration=calibration)
         try:
@@ -91,6 +95,7 @@ class LlamaCppLLM(BaseLLM):
         p.port = 0  # any free loopback port
         self.n_ctx = n_ctx
         self.n_parallel = n_parallel
+        self.cache_prompt = cache_prompt
         try:
             self._server = xl.Server(p)
         except Exception as e:
@@ -101,6 +106,7 @@ class LlamaCppLLM(BaseLLM):
 
     def _complete(self, messages: list[Message], **kw: Any) -> LLMResponse:
         req = openai_request(messages, **kw)
+        req["cache_prompt"] = self.cache_prompt
         try:
             body = self._server.handle_chat_completions(req)
         except Exception as e:  # llama.cpp raises on e.g. prompts longer than n_ctx

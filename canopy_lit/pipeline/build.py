@@ -45,6 +45,7 @@ class QuestionRunner:
         by_role = log.summary(scope=question.id)["by_role"]
         rec.llm_calls = {r: int(v["calls"]) for r, v in by_role.items()}
         rec.llm_tokens = {r: int(v["prompt_tokens"] + v["completion_tokens"]) for r, v in by_role.items()}
+        rec.llm_prefill_tokens = {r: int(v["prompt_tokens"] - v["cached_tokens"]) for r, v in by_role.items()}
         return rec
 
 
@@ -97,6 +98,12 @@ def build_loop(cfg: DictConfig, bench: Any) -> QuestionRunner:
     hierarchy: Hierarchy = instantiate(cfg.tree)
     refiner = instantiate(cfg.refine)
     llm = build_llm(cfg)
+    batched = bool(cfg.loop.get("batched", False))
+    if batched:  # round-synchronous: the questions in flight (``concurrency``) send their calls as batches
+        from canopy_lit.pipeline.batched import BatchingLLM
+
+        max_batch = cfg.loop.get("max_batch")
+        llm = BatchingLLM(llm, max_batch=int(max_batch) if max_batch else None)
     retrieving = cfg.loop.max_rounds > 0 and cfg.retrieval.k > 0
     encoder = load_encoder_from_cfg(cfg) if (retrieving or getattr(refiner, "needs_scores", False)) else None
     scorer = None
@@ -146,4 +153,8 @@ def build_loop(cfg: DictConfig, bench: Any) -> QuestionRunner:
         aggregation=AggregationAdapter(AggregationClassifier(llm)) if settings.aggregation_check else None,
         settings=settings,
     )
+    if batched:
+        from canopy_lit.pipeline.batched import BatchedQuestionRunner
+
+        return BatchedQuestionRunner(loop, llm)
     return QuestionRunner(loop, llm)

@@ -65,6 +65,7 @@ class QuestionRecord:
     truncated_items: int = 0
     llm_calls: dict[str, int] = field(default_factory=dict)
     llm_tokens: dict[str, int] = field(default_factory=dict)
+    llm_prefill_tokens: dict[str, int] = field(default_factory=dict)  # prompt tokens not served from a prefix cache
     time_s: dict[str, float] = field(default_factory=dict)
     latency_s: float = 0.0
     scores: dict[str, float] = field(default_factory=dict)

@@ -1,4 +1,4 @@
-"""Retrieval: corpus store, FAISS index, corpus encoding, node-embedding cache, modality routing.
+"""Retrieval: corpus store, FAISS index, BM25, hybrid RRF, corpus encoding, node-embedding cache, routing.
 
 Usable without Hydra::
 
@@ -16,6 +16,11 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
+    "BM25Retriever": "bm25",
+    "build_bm25_retriever": "bm25",
+    "HybridRetriever": "hybrid",
+    "build_hybrid_retriever": "hybrid",
+    "reciprocal_rank_fusion": "hybrid",
     "CorpusStore": "corpus",
     "render_item": "corpus",
     "CorpusEncoderModule": "encode",

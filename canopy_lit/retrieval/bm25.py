@@ -21,6 +21,7 @@ from typing import Any
 import bm25s
 import numpy as np
 
+from canopy_lit.assets import default_cache_dir
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.retrieval.corpus import CorpusStore, render_item
 from canopy_lit.retrieval.retriever import Retrieval, _slug
@@ -201,7 +202,7 @@ def load_or_build_index(corpus: CorpusStore, settings: BM25Settings, cache_dir: 
 def build_bm25_retriever(
     encoder: Any = None,
     benchmarks: Sequence[str] = ("nq", "hotpotqa", "ottqa", "tatqa"),
-    cache_dir: str | Path = ".cache/retrieval",
+    cache_dir: str | Path | None = None,
     k: int = 10,
     exclude_seen: bool = False,
     k1: float = 1.5,
@@ -220,7 +221,7 @@ def build_bm25_retriever(
         encoder: unused (BM25 needs no encoder); accepted so that every retrieval group option is
             instantiated the same way.
         benchmarks, cache_dir, benchmark_options: as ``build_retriever`` (the corpus JSONL is shared
-            with the dense retriever of the same benchmarks).
+            with the dense retriever of the same benchmarks; default ``$CANOPY_LIT_HOME/retrieval``).
         k, exclude_seen: see ``FaissRetriever``.
         k1, b, method, stemmer, stopwords: ``BM25Settings``.
         n_threads: bm25s query threads.
@@ -232,7 +233,7 @@ def build_bm25_retriever(
         )
     names = [x.lower() for x in benchmarks]
     opts = {n: dict(v) for n, v in (benchmark_options or {}).items()} or None
-    cache = Path(cache_dir)
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir("retrieval")
     corpus = CorpusStore.from_benchmarks(names, cache / f"corpus-{_slug(names, opts)}.jsonl", options=opts)
     settings = BM25Settings(k1=k1, b=b, method=method, stemmer=stemmer, stopwords=stopwords)
     index = load_or_build_index(corpus, settings, cache)

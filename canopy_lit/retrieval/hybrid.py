@@ -104,7 +104,7 @@ class HybridRetriever:
 def build_hybrid_retriever(
     encoder: Any,
     benchmarks: Sequence[str] = ("nq", "hotpotqa", "ottqa", "tatqa"),
-    cache_dir: str | Path = ".cache/retrieval",
+    cache_dir: str | Path | None = None,
     k: int = 10,
     exclude_seen: bool = False,
     rrf_k: int = 60,

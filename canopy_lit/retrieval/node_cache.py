@@ -135,7 +135,9 @@ class NodeEmbeddingCache:
 
     def _open(self, path: Path, fp: str) -> sqlite3.Connection:
         """Open (or create) the store of ``fp``; raises ``CorruptNodeCache`` or ``sqlite3.Error``."""
-        db = sqlite3.connect(str(path), timeout=60)
+        # Questions run in worker threads (harness concurrency, round-synchronous loop): the connection is
+        # opened in whichever thread first needs it and used from the others (SQLite serialises calls).
+        db = sqlite3.connect(str(path), timeout=60, check_same_thread=False)
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")

@@ -15,6 +15,7 @@ global step, learning rate and adapter weights (to float tolerance) as an uninte
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -40,17 +41,17 @@ def _set_epoch(loader: Any, epoch: int) -> None:
 
 
 class _SkipFirst:
-    """Batch sampler wrapper: drops the first ``n`` index batches once, then puts the original back."""
+    """Index-sampler wrapper: drops the first ``n`` batches of indices once, then puts the original back."""
 
-    def __init__(self, loader: Any, inner: Any, n: int) -> None:
-        self.loader, self.inner, self.n = loader, inner, n
+    def __init__(self, loader: Any, attr: str, n: int) -> None:
+        self.loader, self.attr, self.inner, self.n = loader, attr, getattr(loader, attr), n
 
     def __iter__(self):
         it = iter(self.inner)
         for _ in range(self.n):
             next(it, None)
-        # DataLoader forbids re-assigning batch_sampler after construction; this is an undo of our own swap.
-        object.__setattr__(self.loader, "batch_sampler", self.inner)
+        # DataLoader forbids re-assigning its samplers after construction; this undoes our own swap.
+        object.__setattr__(self.loader, self.attr, self.inner)
         yield from it
 
     def __len__(self) -> int:
@@ -182,10 +183,14 @@ class ResumableCheckpoint(L.Callback):
             # uninterrupted run draws epoch `epoch`, then drop the batches already trained on.
             for dl in loader.flattened:
                 _set_epoch(dl, epoch)
-                if skip and getattr(dl, "batch_sampler", None) is not None:
-                    object.__setattr__(dl, "batch_sampler", _SkipFirst(dl, dl.batch_sampler, skip))
+                # The loader's index sampler: its batch sampler, or (batch_size=None) a sampler of whole batches.
+                attr = "batch_sampler" if getattr(dl, "batch_sampler", None) is not None else "sampler"
+                if skip and getattr(dl, attr, None) is not None:
+                    object.__setattr__(dl, attr, _SkipFirst(dl, attr, skip))
+                    # Lightning warns that a plain DataLoader cannot resume mid-epoch: this callback does it.
+                    warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before")
                 elif skip:
-                    log.warning("train dataloader has no batch sampler: the resumed epoch restarts its order")
+                    log.warning("train dataloader has no sampler to advance: the resumed epoch restarts its order")
             if self.reseed:
                 torch.manual_seed(_seed(self.seed, 1, epoch))
             self._reseeded_epoch = epoch

@@ -87,7 +87,9 @@ class _EchoKeyHandler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
         auth = self.headers.get("Authorization", "")
         key = auth.removeprefix("Bearer ")
-        body = json.dumps({"error": {"message": f"Incorrect API key provided: {key}", "header": auth}}).encode()
+        body = json.dumps(
+            {"error": {"message": f"Incorrect API key provided: {key}", "header": auth}}
+        ).encode()
         self.send_response(401)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -108,7 +110,9 @@ def echo_server() -> Iterator[str]:
     server.server_close()
 
 
-def test_api_key_echoed_by_the_server_is_redacted_everywhere(tmp_path: Path, echo_server: str, monkeypatch) -> None:
+def test_api_key_echoed_by_the_server_is_redacted_everywhere(
+    tmp_path: Path, echo_server: str, monkeypatch
+) -> None:
     key = "tok_customsecret42"  # no "sk-" shape: only the configured-key rule can catch it
     monkeypatch.setenv("OPENAI_API_KEY", key)
     run_dir = tmp_path / "run"
@@ -127,4 +131,7 @@ def test_redact_hides_registered_keys_and_credential_shapes() -> None:
         'bad key plain-secret-value; Authorization: Bearer abc.DEF_123; key sk-proj-A1b2C3d4E5f6; "api_key": "zz9"'
     )
     assert text == 'bad key ***; Authorization: Bearer ***; key ***; "api_key": "***"'
-    assert redact("ConnectError: [Errno 111] Connection refused") == "ConnectError: [Errno 111] Connection refused"
+    assert (
+        redact("ConnectError: [Errno 111] Connection refused")
+        == "ConnectError: [Errno 111] Connection refused"
+    )

@@ -93,11 +93,17 @@ def test_bad_train_knob_is_one_line_naming_key_and_rule(hydra_ctx, override: str
 
 
 def test_every_preset_passes_validation(hydra_ctx) -> None:
-    """No false alarms: every method, llm, experiment and study preset as shipped is valid."""
+    """No false alarms: every option of every evaluate group, every study and train preset as shipped is valid."""
     bad = {}
-    combos = [[f"method={p.stem}"] for p in sorted((CONFIGS / "method").glob("*.yaml"))]
-    combos += [["experiment=quickstart_eval", f"llm={p.stem}"] for p in sorted((CONFIGS / "llm").glob("*.yaml"))]
-    combos += [[f"experiment={e}"] for e in ("probe", "retrieval")]
+    combos = [
+        [f"{group}={p.stem}"]
+        for group in ("data", "encoder", "tree", "refine", "retrieval", "method")
+        for p in sorted((CONFIGS / group).glob("*.yaml"))
+    ]
+    combos += [
+        ["experiment=quickstart_eval", f"llm={p.stem}"] for p in sorted((CONFIGS / "llm").glob("*.yaml"))
+    ]
+    combos += [[f"experiment={e}"] for e in ("probe", "retrieval", "evidence")]
     combos += [[f"+ablation={p.stem}"] for p in sorted((CONFIGS / "ablation").glob("*.yaml"))]
     for combo in combos:
         if problems := eval_problems(*combo):
@@ -111,7 +117,10 @@ def test_every_preset_passes_validation(hydra_ctx) -> None:
 @pytest.mark.parametrize("llm", ["openai", "vllm"])
 def test_server_backends_compose_with_the_quickstart_preset(hydra_ctx, llm: str) -> None:
     """Item 8: ``llm.n_ctx`` (a llama.cpp knob) no longer leaks from experiment=quickstart_eval."""
-    for overrides in ([f"llm={llm}", "experiment=quickstart_eval"], ["experiment=quickstart_eval", f"llm={llm}"]):
+    for overrides in (
+        [f"llm={llm}", "experiment=quickstart_eval"],
+        ["experiment=quickstart_eval", f"llm={llm}"],
+    ):
         cfg = compose("evaluate", overrides=overrides)
         assert "n_ctx" not in cfg.llm
         validate_eval_config(cfg)
@@ -123,7 +132,9 @@ def test_openai_backend_instantiates_under_the_quickstart_preset(hydra_ctx) -> N
     from canopy_lit.llm.openai import OpenAILLM
 
     cfg = compose("evaluate", overrides=["llm=openai", "experiment=quickstart_eval"])
-    llm = instantiate(cfg.llm)  # was: TypeError: OpenAILLM.__init__() got an unexpected keyword argument 'n_ctx'
+    llm = instantiate(
+        cfg.llm
+    )  # was: TypeError: OpenAILLM.__init__() got an unexpected keyword argument 'n_ctx'
     try:
         assert isinstance(llm, OpenAILLM)
     finally:
@@ -132,11 +143,15 @@ def test_openai_backend_instantiates_under_the_quickstart_preset(hydra_ctx) -> N
 
 def test_backend_knob_of_another_backend_is_named(hydra_ctx) -> None:
     problems = eval_problems("llm=openai", "+llm.n_ctx=4096")
-    assert problems == ["unknown config key llm.n_ctx (canopy_lit.llm.openai.OpenAILLM takes no such argument)"]
+    assert problems == [
+        "unknown config key llm.n_ctx (canopy_lit.llm.openai.OpenAILLM takes no such argument)"
+    ]
 
 
 def test_evaluate_cli_exits_2_with_every_problem_before_any_work(tmp_path: Path) -> None:
-    out = run_script("evaluate.py", tmp_path, "method=canopy", "retrieval.k=0", "tree.branching=two", "+loop.max_round=1")
+    out = run_script(
+        "evaluate.py", tmp_path, "method=canopy", "retrieval.k=0", "tree.branching=two", "+loop.max_round=1"
+    )
     assert out.status == 2
     lines = out.stderr.strip().splitlines()
     assert lines == [

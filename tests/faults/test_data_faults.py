@@ -20,7 +20,12 @@ CONTEXT = [
 
 
 def hotpot(qid: str, facts: list | None) -> dict:
-    rec = {"_id": qid, "question": "Which city is the capital of France?", "answer": "Paris", "context": CONTEXT}
+    rec = {
+        "_id": qid,
+        "question": "Which city is the capital of France?",
+        "answer": "Paris",
+        "context": CONTEXT,
+    }
     if facts is not None:
         rec["supporting_facts"] = facts
     return rec
@@ -63,7 +68,9 @@ def test_skipped_gold_and_records_are_reported_on_stderr_and_in_metrics(tmp_path
 
 def test_file_without_supporting_facts_cannot_be_probed(tmp_path: Path) -> None:
     data = write(tmp_path, json.dumps([hotpot("q1", None), hotpot("q2", None)]))
-    out = run_script("evaluate.py", tmp_path / "run", "experiment=probe", "data=hotpotqa", f"data.path={data}")
+    out = run_script(
+        "evaluate.py", tmp_path / "run", "experiment=probe", "data=hotpotqa", f"data.path={data}"
+    )
     assert out.status == 1
     assert f"{data}: no questions with located gold evidence to probe" in out.stderr
     assert "no_gold_annotation: 2" in out.stderr
@@ -75,14 +82,18 @@ def test_empty_data_file_is_an_error_naming_the_file(tmp_path: Path) -> None:
     data = write(tmp_path, "")
     out = qa(tmp_path, data)
     assert out.status == 1
-    assert f"evaluate.py: error: {data}: no usable questions in split 'test' (0 question(s) read" in out.stderr
+    assert (
+        f"evaluate.py: error: {data}: no usable questions in split 'test' (0 question(s) read" in out.stderr
+    )
     assert records(tmp_path / "run") == [] and not (tmp_path / "run" / "metrics.json").exists()
 
 
 def test_split_without_questions_is_an_error_naming_the_file(tmp_path: Path) -> None:
     data = write(tmp_path, json.dumps([hotpot("q1", [["Paris", 0]])]), name="tiny_train.json")  # train only
     out = qa(tmp_path, data)
-    assert out.status == 1 and f"{data}: no usable questions in split 'test' (1 question(s) read" in out.stderr
+    assert (
+        out.status == 1 and f"{data}: no usable questions in split 'test' (1 question(s) read" in out.stderr
+    )
 
 
 @pytest.mark.parametrize(
@@ -90,13 +101,17 @@ def test_split_without_questions_is_an_error_naming_the_file(tmp_path: Path) -> 
     [
         (None, "benchmark file not found: {path}"),
         ('[{"_id": "q1", "question": "Which city', "{path}, record 0: invalid or truncated JSON"),
-        (json.dumps([{"_id": "q1", "question": "Q?", "context": "oops"}]),
-         "{path}, record 0 (id 'q1'): TypeError: field 'context' is a str, expected list or dict"),
+        (
+            json.dumps([{"_id": "q1", "question": "Q?", "context": "oops"}]),
+            "{path}, record 0 (id 'q1'): TypeError: field 'context' is a str, expected list or dict",
+        ),
         (b'[{"_id": "q1", "question": "caf\xe9?", "context": []}]', "{path}, record 0: not UTF-8 text"),
     ],
     ids=["missing_file", "truncated_json", "wrong_schema", "not_utf8"],
 )
-def test_unreadable_data_exits_1_naming_file_and_record(tmp_path: Path, content: str | bytes | None, message: str) -> None:
+def test_unreadable_data_exits_1_naming_file_and_record(
+    tmp_path: Path, content: str | bytes | None, message: str
+) -> None:
     data = tmp_path / "tiny_dev.json" if content is None else write(tmp_path, content)
     out = qa(tmp_path, data)
     assert out.status == 1

@@ -64,4 +64,7 @@ def test_torn_last_line_is_cut_and_its_question_rerun(tmp_path: Path) -> None:
     recs = records(run_dir)  # every line parses again
     assert [r["id"] for r in recs][0] == json.loads(first)["id"]
     assert sorted(r["id"] for r in recs) == sorted({r["id"] for r in recs}) and len(recs) == 3
-    assert "cut " in (run_dir / "evaluate.log").read_text() and "torn last record" in (run_dir / "evaluate.log").read_text()
+    assert (
+        "cut " in (run_dir / "evaluate.log").read_text()
+        and "torn last record" in (run_dir / "evaluate.log").read_text()
+    )

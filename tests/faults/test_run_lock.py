@@ -25,7 +25,9 @@ HOLD = "import sys, time; from canopy_lit.eval.records import RunLock; RunLock(s
 @pytest.fixture
 def holder(tmp_path: Path):
     """A live process holding ``tmp_path / "run"``; yields it (killed afterwards)."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path / "run")], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path / "run")], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout.readline().strip() == "held"
     yield proc
     proc.kill()

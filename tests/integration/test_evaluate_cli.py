@@ -57,7 +57,7 @@ def test_sigkill_mid_run_then_resume_records_each_question_exactly_once(tmp_path
     assert (run_dir / "table.md").read_text().count("|") > 4
 
 
-def test_llm_that_always_fails_records_every_question_as_failed_and_exits_cleanly(tmp_path) -> None:
+def test_llm_that_always_fails_records_every_question_as_failed_and_exits_1(tmp_path) -> None:
     run_dir = tmp_path / "run"
     # Port 9 (discard) on loopback has no listener: every request is refused.
     cmd = evaluate_cmd(
@@ -72,7 +72,9 @@ def test_llm_that_always_fails_records_every_question_as_failed_and_exits_cleanl
         "limit=4",
     )
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr[-3000:]
+    # Every question failed: a non-zero exit with a one-line summary, not EM/F1 0 with exit 0.
+    assert res.returncode == 1, res.stderr[-3000:]
+    assert "evaluate.py: error: all 4 questions failed" in res.stderr and "ConnectError" in res.stderr
     recs = lines(run_dir / "predictions.jsonl")
     assert len(recs) == 4 and all(r["status"] == "failed" and r["error"] for r in recs)
     metrics = json.loads((run_dir / "metrics.json").read_text())

@@ -20,11 +20,20 @@ from canopy_lit.types import Modality
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def configured_length() -> int:
+    """``encoder.max_seq_length`` of the default config (part of the fingerprint an adapter must match)."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        length = int(compose("evaluate").encoder.max_seq_length)
+    GlobalHydra.instance().clear()
+    return length
+
+
 @pytest.fixture(scope="module")
 def adapter_dir(tmp_path_factory) -> Path:
     """A MiniLM LoRA adapter moved off its zero init (stands in for CANOPY's trained fθ)."""
     torch.manual_seed(0)
-    enc = load_encoder("minilm")
+    enc = load_encoder("minilm", max_seq_length=configured_length())
     enc.add_adapter(r=8, alpha=16, dropout=0.0, target_modules=["query", "value"])
     with torch.no_grad():
         for name, p in enc.model.named_parameters():
@@ -89,7 +98,7 @@ def test_recomp_scores_are_f0_with_an_adapter_loaded_and_no_aggregation_call(ada
     assert encoder.has_adapter and isinstance(loop.scorer.encoder, FrozenEncoderView)
     trees = [loop.hierarchy.build(bench.items[i]) for i in bench.candidates[questions[0].id][:3]]
     got = loop.scorer.score(questions[0].text, trees)
-    frozen = load_encoder("minilm")  # f0: the backbone without any adapter
+    frozen = load_encoder("minilm", max_seq_length=configured_length())  # f0: the backbone, no adapter
     want = NodeScorer(frozen, loop.hierarchy).score(questions[0].text, trees)
     ftheta = NodeScorer(encoder, loop.hierarchy).score(questions[0].text, trees)
     for g, w, f in zip(got, want, ftheta, strict=True):

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf, open_dict
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,6 +24,7 @@ def _compose(overrides: list[str], out: Path | None = None):
         cfg.paths.output_dir = str(out or ROOT / "outputs" / "unused")
         cfg.hydra.runtime.output_dir = cfg.paths.output_dir
         cfg.hydra.runtime.cwd = str(ROOT)
+    HydraConfig.instance().set_config(cfg.copy())  # ${hydra:...} interpolations resolve as in a real run
     return cfg
 
 
@@ -53,6 +55,73 @@ def test_every_group_option_composes(group: str) -> None:
         OmegaConf.resolve(cfg)
 
 
+@pytest.mark.parametrize("experiment", ["quickstart", "shared_lora"])
+@pytest.mark.parametrize("debug", [None, *_options("debug")])
+def test_experiment_trainer_debug_matrix(experiment: str, debug: str | None) -> None:
+    """Every experiment x trainer x debug option composes, validates, and builds its callbacks; on CPU
+    the Trainer itself is built (debug=fdr used to die: enable_checkpointing=False with a ModelCheckpoint)."""
+    from hydra.utils import instantiate
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from canopy_lit.schema import validate_train_config
+
+    for trainer in _options("trainer"):
+        overrides = [f"experiment={experiment}", f"trainer={trainer}", *([f"debug={debug}"] if debug else [])]
+        cfg = _compose(overrides)
+        OmegaConf.resolve(cfg)
+        validate_train_config(cfg)
+        callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c and "_target_" in c]
+        if debug == "fdr":
+            assert not any(isinstance(c, ModelCheckpoint) for c in callbacks), overrides
+        vci = cfg.trainer.val_check_interval
+        limit = cfg.trainer.limit_train_batches
+        if isinstance(vci, int) and isinstance(limit, int):
+            assert vci <= limit, f"{overrides}: val_check_interval {vci} > limit_train_batches {limit}"
+        if cfg.trainer.accelerator == "cpu":
+            instantiate(cfg.trainer, callbacks=callbacks, logger=False)
+
+
+def test_quickstart_validates_inside_its_step_budget() -> None:
+    """The quickstart's 150 steps are half an epoch: validation must run inside them on the key that the
+    checkpoint monitor, the W&B sweep and Hydra's return value use."""
+    import yaml
+
+    cfg = _compose(["experiment=quickstart"])
+    OmegaConf.resolve(cfg)
+    vci, steps = cfg.trainer.val_check_interval, cfg.trainer.max_steps
+    assert isinstance(vci, int) and 0 < vci <= steps and steps % vci == 0  # the last step is validated too
+    assert cfg.callbacks.model_checkpoint.monitor == "val/decision_accuracy"
+    sweep = yaml.safe_load((CONFIGS / "sweep" / "lora_lr.yaml").read_text())
+    assert sweep["metric"]["name"] == "val/decision_accuracy"
+    assert cfg.callbacks.last_checkpoint.every_n_train_steps <= vci  # a kill loses at most N steps
+
+
+def test_main_returns_validation_not_test_score(monkeypatch: pytest.MonkeyPatch) -> None:
+    import train as train_mod
+
+    fake = {"test/decision_accuracy": 0.9, "val/decision_accuracy": 0.4, "val/best_decision_accuracy": 0.5}
+    monkeypatch.setattr(train_mod, "train", lambda cfg: fake)
+    assert train_mod.main.__wrapped__(None) == 0.5
+
+
+def test_wandb_run_names_differ_per_override_set() -> None:
+    names = []
+    for lr in ("1e-4", "3e-4"):
+        cfg = _compose(["experiment=quickstart", "logger=wandb", f"model.lr={lr}"])
+        names.append(OmegaConf.to_container(cfg.logger, resolve=True)["wandb"]["name"])
+    assert names[0] != names[1] and all(n.startswith("quickstart/") for n in names)
+
+
+def test_debug_fdr_runs_end_to_end(tmp_path: Path) -> None:
+    from train import train
+
+    cfg = _compose(["experiment=quickstart", "debug=fdr", "datamodule.batch_size=4", "encoder.max_seq_length=64", *SMALL], tmp_path)
+    metrics = train(cfg)
+    assert 0.0 <= metrics["test/decision_accuracy"] <= 1.0
+    assert (tmp_path / "metrics.json").is_file() and (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
+    assert not (tmp_path / "checkpoints").exists()
+
+
 def test_sweep_file_passes_hydra_overrides() -> None:
     import yaml
 
@@ -81,7 +150,8 @@ def test_quickstart_runs_into_tmp_path(tmp_path: Path) -> None:
     )
     metrics = train(cfg)
     saved = json.loads((tmp_path / "metrics.json").read_text())
-    for key in ("test/decision_accuracy", "test/decision_accuracy_f0", "val/decision_accuracy_f0"):
+    for key in ("test/decision_accuracy", "test/decision_accuracy_f0", "val/decision_accuracy_f0",
+                "val/decision_accuracy", "val/best_decision_accuracy"):
         assert 0.0 <= saved[key] <= 1.0, key
     assert any(k.startswith("test/hotpotqa/decision_accuracy") for k in saved)
     assert any(k.startswith("test/nq/decision_accuracy") for k in saved)

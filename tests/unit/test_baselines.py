@@ -141,3 +141,46 @@ def test_tables_state_each_rows_scorer_and_label_universalrag_as_modality_routin
     assert "| universalrag (modality routing only) |  |" in md
     methods = [line.split("|")[1].strip() for line in md.splitlines() if line.startswith("| ") and "|---" not in line]
     assert methods.index("universalrag (modality routing only)") < methods.index("recomp") < methods.index("canopy")
+
+
+def test_default_encoder_length_leaves_no_forced_parent_child_ties_on_ottqa_gold_tables() -> None:
+    """At max_seq_length 256, real OTT-QA test tables gave parent and child the same truncated input
+    (a forced tie: the child always "wins"); the configured length must not (experiments/max_seq_length.md)."""
+    from transformers import AutoTokenizer
+
+    from canopy_lit.data import load_split
+    from canopy_lit.encoders.text import resolve_text_backbone
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        length = compose("evaluate").encoder.max_seq_length
+        train_length = compose("train", overrides=["experiment=quickstart"]).encoder.max_seq_length
+    GlobalHydra.instance().clear()
+    assert train_length == length  # the length is part of the adapter fingerprint: train and evaluate must agree
+    root = CONFIGS.parent / "data" / "ottqa"
+    bench, qs = load_split("ottqa", str(root / "dev.traced.json"), "test",
+                           options={"tables": str(root / "dev_tables_passages.json.gz")})
+    tok = AutoTokenizer.from_pretrained(str(resolve_text_backbone("minilm")))
+    tables = sorted({i for q in qs[:40] for i in q.gold if bench.items[i].modality.value == "table"})
+    ties = {256: 0, length: 0}
+    for iid in tables:
+        tree = H.build(bench.items[iid])
+        ids = tok([H.node_text(tree, v) for v in range(len(tree))], truncation=False)["input_ids"]
+        for cap in ties:
+            ties[cap] += sum(ids[v][:cap] == ids[c][:cap] for v in range(len(tree)) for c in tree.children[v])
+    assert ties[256] > 0  # the sample does hold the 256-token ties (else this test could not fail)
+    assert ties[length] == 0, f"max_seq_length={length}: {ties[length]} parent/child pairs with identical inputs"
+
+
+def test_library_load_adopts_the_adapters_trained_length(tmp_path) -> None:
+    """An adapter trained at the configured 512 loads with a bare ``load_encoder("minilm", adapter=DIR)``
+    (the package's own default is 256, and the length is part of the fingerprint the adapter must match)."""
+    from canopy_lit.encoders import load_encoder
+
+    enc = load_encoder("minilm", max_seq_length=512)
+    enc.add_adapter(r=4, alpha=8, dropout=0.0, target_modules=["query"])
+    path = enc.save_adapter(tmp_path / "adapter")
+    again = load_encoder("minilm", adapter=path)
+    assert again.max_seq_length == 512 and again.fingerprint == enc.fingerprint
+    with pytest.raises(ValueError, match="adapter was trained on backbone"):
+        load_encoder("minilm", adapter=path, max_seq_length=256)  # an explicit other length is still refused

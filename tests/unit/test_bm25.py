@@ -117,9 +117,9 @@ def test_recall_on_bundled_hotpotqa(tmp_path) -> None:
         builder=build_bm25_retriever, corpus_benchmarks=["hotpotqa"], cache_dir=tmp_path, ks=(1, 10)
     )
     assert m["retrieval/corpus_size"] == 1993 and m["retrieval/hotpotqa/questions"] == 200
-    # measured 0.84 / 1.00 (any supporting paragraph), 0.71 both at 10 (experiments/retrieval.md)
+    # measured 0.825 / 1.000 (any supporting paragraph), 0.775 both at 10 (experiments/retrieval.md)
     assert m["retrieval/hotpotqa/recall@1"] > 0.75 and m["retrieval/hotpotqa/recall@10"] > 0.95
-    assert 0.6 < m["retrieval/hotpotqa/recall_all@10"] < 0.9
+    assert 0.7 < m["retrieval/hotpotqa/recall_all@10"] < 0.85
 
 
 @pytest.fixture()

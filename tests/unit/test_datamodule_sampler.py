@@ -102,3 +102,18 @@ def test_fill_batches_spreads_a_larger_share() -> None:
     assert fill_batches(range(10), 3, 4) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     assert [len(b) for b in fill_batches(range(10), 2, 4)] == [5, 5]
     assert [len(b) for b in fill_batches(range(5), 3, 4)] == [3, 1, 1]
+
+
+def test_workers_follow_the_epoch() -> None:
+    """Persistent workers + pinned memory: each epoch's loader output is that epoch's sampler order."""
+    from canopy_lit.data.datamodule import Example
+    from canopy_lit.hierarchy import NodeInput
+
+    ex = [Example(f"q{i // 3}", [NodeInput(f"v{i}")], [], [], 0, 0, f"q{i // 3}", "item") for i in range(40)]
+    dm = PreferenceDataModule(["x"], batch_size=4, group_by_item=True, num_workers=2, persistent_workers=True)
+    dm.examples = {"train": ex}
+    loader = dm.train_dataloader()
+    for epoch in (0, 1):
+        loader.sampler.set_epoch(epoch)
+        got = [b["question_ids"] for b in loader]
+        assert got == [[ex[i].question_id for i in b] for b in dm.samplers["train"].batches()]

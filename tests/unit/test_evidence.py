@@ -11,13 +11,15 @@ import pytest
 from canopy_lit.data import load_split
 from canopy_lit.eval.evidence import (
     EvidenceText,
-    MatchedFlatRefiner,
+    FlatMatchedRefiner,
     answer_found,
     answer_needles,
     as_number,
     bootstrap_ratio_ci,
+    compare_runs,
     gold_leaf_counts,
     item_recall,
+    paired_difference,
     score_evidence,
     summarize_evidence,
     token_counter,
@@ -119,7 +121,7 @@ def _rec(
             "tokens": tokens,
             "item_tokens": 2 * tokens,
             "kept_tokens": tokens,
-        },  # fmt: skip
+        },
     }
 
 
@@ -141,8 +143,11 @@ def test_summarize_evidence_by_hand() -> None:
     assert m["evidence/tokens_ci_low"] <= 200 <= m["evidence/tokens_ci_high"]
     assert m["time/encode_s"] == pytest.approx(0.15)
     assert score_evidence(recs[0], Question("q", "?", ["x"])) == {
-        "tokens": 100.0, "answer_recall": 1.0, "item_recall": 0.5, "gold_recall": 0.5,
-    }  # fmt: skip
+        "tokens": 100.0,
+        "answer_recall": 1.0,
+        "item_recall": 0.5,
+        "gold_recall": 0.5,
+    }
 
 
 def test_bootstrap_ratio_ci_brackets_the_ratio() -> None:
@@ -187,7 +192,7 @@ def test_matched_flat_refiner_fills_canopys_token_count_on_real_items(smollm2_to
     bench, questions = load_split("hotpotqa", str(DATA / "hotpotqa"), split="test")
     h = Hierarchy(2)
     count = token_counter(smollm2_tokenizer)
-    refiner = MatchedFlatRefiner(smollm2_tokenizer, hierarchy=h)
+    refiner = FlatMatchedRefiner(smollm2_tokenizer, hierarchy=h)
     checked = 0
     for q in questions[:8]:
         trees = [h.build(bench.items[i]) for i in bench.candidates[q.id][:5]]
@@ -200,24 +205,20 @@ def test_matched_flat_refiner_fills_canopys_token_count_on_real_items(smollm2_to
                     for v in range(len(t))
                 ],
                 dtype=np.float32,
-            )  # fmt: skip
+            )
             for t in trees
         ]
         kept = refiner(trees, scores)
         canopy = ParentRelativeRefiner(lazy=False)(trees, scores)
         budget = sum(count(h.evidence_text(t, k)) for t, k in zip(trees, canopy))
-        used = sum(count(h.evidence_text(t, k)) for t, k in zip(trees, kept) if k)
+        # The loop renders every retrieved item, a dropped one as "Title: …": count it too.
+        used = sum(count(h.evidence_text(t, k)) for t, k in zip(trees, kept))
         assert refiner.last_budget == budget and 0 < used <= budget
         # Greedy by score: every leaf left out would overflow the budget if added to what was kept.
         for j, t in enumerate(trees):
             for v in set(leaf_ids(t).tolist()) - set(kept[j]):
                 more = sorted([*kept[j], v], key=lambda i: int(t.starts[i]))
-                assert (
-                    used
-                    - (count(h.evidence_text(t, kept[j])) if kept[j] else 0)
-                    + count(h.evidence_text(t, more))
-                    > budget
-                )
+                assert used - count(h.evidence_text(t, kept[j])) + count(h.evidence_text(t, more)) > budget
         assert all(all(t.is_leaf(v) for v in k) for t, k in zip(trees, kept))
         checked += 1
     assert checked == 8
@@ -231,8 +232,12 @@ def test_evidence_configs_compose() -> None:
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(DATA.parent / "configs"), version_base="1.3"):
-        for variant, target in (("full", "ParentRelativeRefiner"), ("no_projection", "KeepWholeRefiner"),
-                                ("flat_matched", "MatchedFlatRefiner"), ("extractive", "ExtractiveRefiner")):  # fmt: skip
+        for variant, target in (
+            ("full", "ParentRelativeRefiner"),
+            ("no_projection", "KeepWholeRefiner"),
+            ("flat_matched", "FlatMatchedRefiner"),
+            ("extractive", "ExtractiveRefiner"),
+        ):
             cfg = compose(
                 "evaluate", overrides=["+ablation=evidence", f"variant={variant}", "evidence.tokenizer=tok"]
             )
@@ -241,3 +246,50 @@ def test_evidence_configs_compose() -> None:
             if variant == "flat_matched":
                 assert cfg.refine.tokenizer == "tok"
     GlobalHydra.instance().clear()
+
+
+def test_compare_runs_pairs_questions_by_id(tmp_path: Path) -> None:
+    """Hand-made run folders: A keeps the answer on q1 and q2, B on q1 only; q3 is yes/no (left out of
+    the answer difference, kept for tokens); q4 exists in A only; B failed q2 (no answer, no tokens)."""
+    import json
+
+    def write(run: Path, recs: list[dict]) -> Path:
+        run.mkdir()
+        (run / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+        return run
+
+    def rec(qid: str, found: bool | None, tokens: int, status: str = "ok") -> dict:
+        return {"id": qid, "status": status, "evidence": {"answer_found": found, "tokens": tokens}}
+
+    a = write(
+        tmp_path / "a", [rec("q1", True, 100), rec("q2", True, 100), rec("q3", None, 100), rec("q4", True, 9)]
+    )
+    b = write(
+        tmp_path / "b", [rec("q1", True, 200), rec("q2", None, 0, status="failed"), rec("q3", None, 200)]
+    )
+    c = compare_runs(a, b)
+    assert c["n"] == 3 and c["n_answer"] == 2
+    assert c["answer_recall_diff"] == pytest.approx(0.5)  # (1 - 1 + 1 - 0) / 2
+    assert c["answer_recall_diff_ci_low"] <= 0.5 <= c["answer_recall_diff_ci_high"]
+    assert c["token_ratio"] == pytest.approx(300 / 400)
+    assert paired_difference([1, 0, 1], [1, 1, 1])[0] == pytest.approx(-1 / 3)
+    with pytest.raises(ValueError, match="share no recorded question"):
+        compare_runs(a, write(tmp_path / "c", [rec("other", True, 1)]))
+
+
+def test_retrieval_cache_keys_on_the_encoder_settings() -> None:
+    """The items' f0 retrieval vectors are cached per encoder setting: a run at another
+    ``max_seq_length`` must not read vectors truncated at the old length (hand-made encoder stub)."""
+    from canopy_lit.eval.evidence import _QuerySideEncoder
+    from canopy_lit.retrieval import NodeEmbeddingCache
+
+    class EncoderStub:
+        fingerprint = "TextEncoder:minilm:abc:adapter=ffff"
+        dim = 4
+
+        def __init__(self, max_seq_length: int) -> None:
+            self.max_seq_length = max_seq_length
+
+    fps = [NodeEmbeddingCache(_QuerySideEncoder(EncoderStub(n)), Hierarchy()).fingerprint for n in (256, 512)]
+    assert fps[0] != fps[1] and "max_seq_length=512" in fps[1]
+    assert "adapter=none|query-side" in fps[0]  # f0 side: the adapter never changes these vectors

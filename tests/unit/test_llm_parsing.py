@@ -141,8 +141,8 @@ def test_call_log_summarises_by_role_and_scope() -> None:
         log.add("critic", 50, 1, 0.1)
     s = log.summary(scope="q1")
     assert s["calls"] == 2 and s["prompt_tokens"] == 180 and s["by_role"]["critic"]["calls"] == 1
-    assert log.summary(since=2)["by_role"] == {"critic": {"calls": 1, "prompt_tokens": 50, "completion_tokens": 1,
-                                                          "seconds": 0.1}}  # fmt: skip
+    assert log.summary(since=2)["by_role"] == {"critic": {"calls": 1, "prompt_tokens": 50, "cached_tokens": 0,
+                                                          "completion_tokens": 1, "seconds": 0.1}}  # fmt: skip
 
 
 def test_openai_response_parsing() -> None:
