@@ -1,0 +1,55 @@
+"""scripts/quickstart.sh resumes: a rerun skips training and both probes once they have finished.
+
+The script runs against a hand-made stand-in for the venv's ``python`` that records each call and writes
+the outputs a finished step leaves (adapter, metrics.json, the table), so only the script's own resume
+logic is under test.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+STAND_IN_PYTHON = r"""#!/usr/bin/env bash
+echo "$*" >> "$CALLS"
+for a in "$@"; do
+  case "$a" in
+    hydra.run.dir=*) dir=${a#hydra.run.dir=}; mkdir -p "$dir"; echo '{}' > "$dir/metrics.json";
+      if [ "$1" = train.py ]; then mkdir -p "$dir/adapter"; echo '{}' > "$dir/adapter/adapter_config.json"; fi ;;
+  esac
+done
+if [ "$1 $2" = "-m canopy_lit.eval.tables" ]; then mkdir -p "$OUT/tables"; echo table > "$OUT/tables/quickstart.md"; fi
+exit 0
+"""
+
+
+def _run(work: Path, calls: Path) -> list[str]:
+    calls.write_text("")
+    env = {**os.environ, "SKIP_SETUP": "1", "OUT": str(work / "out"), "N": "1", "CALLS": str(calls)}
+    out = subprocess.run(["bash", "scripts/quickstart.sh"], cwd=work, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return calls.read_text().splitlines()
+
+
+def test_rerun_skips_finished_training_and_probes(tmp_path: Path) -> None:
+    work = tmp_path / "checkout"
+    (work / "scripts").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts" / "quickstart.sh", work / "scripts" / "quickstart.sh")
+    bin_dir = work / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").write_text(STAND_IN_PYTHON)
+    (bin_dir / "python").chmod(0o755)
+    (bin_dir / "activate").write_text(f'export PATH="{bin_dir}:$PATH"\n')
+    calls = tmp_path / "calls.txt"
+
+    first = _run(work, calls)
+    assert sum(c.startswith("train.py") for c in first) == 1
+    assert sum("experiment=probe" in c for c in first) == 2
+
+    second = _run(work, calls)
+    assert not any(c.startswith("train.py") for c in second), second
+    assert not any("experiment=probe" in c for c in second), second  # the old script reran both probes
