@@ -24,7 +24,7 @@ import numpy as np
 from canopy_lit.assets import default_cache_dir
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.retrieval.corpus import CorpusStore, render_item
-from canopy_lit.retrieval.retriever import Retrieval, _slug
+from canopy_lit.retrieval.retriever import Retrieval, SingleQueryMixin, _slug, exclusion_sets
 from canopy_lit.types import Item
 
 log = logging.getLogger(__name__)
@@ -92,7 +92,7 @@ def item_text(item: Item, hierarchy: Hierarchy | None = None) -> str:
 
 
 @dataclass
-class BM25Retriever:
+class BM25Retriever(SingleQueryMixin):
     """BM25 over a corpus; same interface as ``FaissRetriever`` (``retrieve``, ``retrieve_round``, ``retrieve_batch``).
 
     Items sharing no (non-stopword) term with the query score 0 and are never returned, so a result
@@ -123,14 +123,6 @@ class BM25Retriever:
         settings = settings or BM25Settings()
         return cls(index_texts([item_text(it) for it in pool], settings), pool, settings, **kwargs)
 
-    def retrieve(self, query: str, k: int | None = None, exclude: Collection[str] = ()) -> Retrieval:
-        """Top-k items for ``query`` by BM25 score; ids in ``exclude`` are never returned."""
-        return self.retrieve_batch([query], k, [exclude])[0]
-
-    def retrieve_round(self, query: str, held: Collection[str], k: int | None = None) -> Retrieval:
-        """A critic-loop round: excludes the ``held`` items only when ``exclude_seen`` is on."""
-        return self.retrieve(query, k, held if self.exclude_seen else ())
-
     def retrieve_batch(
         self, queries: Sequence[str], k: int | None = None, exclude: Sequence[Collection[str]] | None = None
     ) -> list[Retrieval]:
@@ -138,9 +130,7 @@ class BM25Retriever:
         t0 = time.perf_counter()
         k = self.k if k is None else k
         queries = list(queries)
-        excl = [frozenset(e) for e in exclude] if exclude is not None else [frozenset()] * len(queries)
-        if len(excl) != len(queries):
-            raise ValueError(f"{len(excl)} exclude sets for {len(queries)} queries")
+        excl = exclusion_sets(queries, exclude)
         out: list[Retrieval] = []
         n = len(self.corpus)
         if queries and n and k > 0:

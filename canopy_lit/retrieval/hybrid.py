@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from canopy_lit.retrieval.retriever import Retrieval
+from canopy_lit.retrieval.retriever import Retrieval, SingleQueryMixin
 
 
 def reciprocal_rank_fusion(
@@ -38,7 +38,7 @@ def reciprocal_rank_fusion(
 
 
 @dataclass
-class HybridRetriever:
+class HybridRetriever(SingleQueryMixin):
     """RRF of several retrievers over the same corpus (same interface as ``FaissRetriever``).
 
     Args:
@@ -68,14 +68,6 @@ class HybridRetriever:
     def corpus(self) -> Any:
         """The shared corpus (the first retriever's)."""
         return next(iter(self.retrievers.values())).corpus
-
-    def retrieve(self, query: str, k: int | None = None, exclude: Collection[str] = ()) -> Retrieval:
-        """Top-k items by fused rank; ids in ``exclude`` are never returned."""
-        return self.retrieve_batch([query], k, [exclude])[0]
-
-    def retrieve_round(self, query: str, held: Collection[str], k: int | None = None) -> Retrieval:
-        """A critic-loop round: excludes the ``held`` items only when ``exclude_seen`` is on."""
-        return self.retrieve(query, k, held if self.exclude_seen else ())
 
     def retrieve_batch(
         self, queries: Sequence[str], k: int | None = None, exclude: Sequence[Collection[str]] | None = None

@@ -59,8 +59,32 @@ class Retriever(Protocol):
     def retrieve_round(self, query: str, held: Collection[str], k: int | None = None) -> Retrieval: ...
 
 
+class SingleQueryMixin:
+    """``retrieve`` and ``retrieve_round`` for a retriever that implements ``retrieve_batch``."""
+
+    exclude_seen: bool
+
+    def retrieve(self, query: str, k: int | None = None, exclude: Collection[str] = ()) -> Retrieval:
+        """Top-k items for ``query``; ids in ``exclude`` are never returned (k are still returned if possible)."""
+        return self.retrieve_batch([query], k, [exclude])[0]  # type: ignore[attr-defined]
+
+    def retrieve_round(self, query: str, held: Collection[str], k: int | None = None) -> Retrieval:
+        """A critic-loop round: excludes the ``held`` items only when ``exclude_seen`` is on."""
+        return self.retrieve(query, k, held if self.exclude_seen else ())
+
+
+def exclusion_sets(queries: Sequence[str], exclude: Sequence[Collection[str]] | None) -> list[frozenset[str]]:
+    """One frozen exclude set per query (empty when ``exclude`` is None)."""
+    if exclude is None:
+        return [frozenset()] * len(queries)
+    excl = [frozenset(e) for e in exclude]
+    if len(excl) != len(queries):
+        raise ValueError(f"{len(excl)} exclude sets for {len(queries)} queries")
+    return excl
+
+
 @dataclass
-class FaissRetriever:
+class FaissRetriever(SingleQueryMixin):
     """Dense retrieval over a ``FaissIndex`` with f0 query embeddings.
 
     Args:
@@ -85,14 +109,6 @@ class FaissRetriever:
         if self.router is not None and hasattr(self.router, "restrict"):
             self.router.restrict(self.index.groups)  # never offer the LLM a modality the corpus lacks
 
-    def retrieve(self, query: str, k: int | None = None, exclude: Collection[str] = ()) -> Retrieval:
-        """Top-k items for ``query``; ids in ``exclude`` are never returned (k are still returned if possible)."""
-        return self.retrieve_batch([query], k, [exclude])[0]
-
-    def retrieve_round(self, query: str, held: Collection[str], k: int | None = None) -> Retrieval:
-        """A critic-loop round: excludes the ``held`` items only when ``exclude_seen`` is on."""
-        return self.retrieve(query, k, held if self.exclude_seen else ())
-
     def retrieve_batch(
         self, queries: Sequence[str], k: int | None = None, exclude: Sequence[Collection[str]] | None = None
     ) -> list[Retrieval]:
@@ -100,9 +116,7 @@ class FaissRetriever:
         t0 = time.perf_counter()
         k = self.k if k is None else k
         queries = list(queries)
-        excl = [frozenset(e) for e in exclude] if exclude is not None else [frozenset()] * len(queries)
-        if len(excl) != len(queries):
-            raise ValueError(f"{len(excl)} exclude sets for {len(queries)} queries")
+        excl = exclusion_sets(queries, exclude)
         q = self.encoder.encode_queries(queries)
         q = np.asarray(q.detach().cpu().numpy() if hasattr(q, "detach") else q, dtype=np.float32)
         groups: list[list[str] | None] = [self._route(x) for x in queries] if self.router is not None else [None] * len(queries)
