@@ -56,15 +56,18 @@ def _best_val(trainer: L.Trainer, metrics: dict[str, float]) -> float | None:
     return metrics.get("val/decision_accuracy")
 
 
-def _summary(metrics: dict[str, float], benchmarks: list[str]) -> None:
-    """A short table: decision accuracy of f0 and fθ per benchmark on the test split."""
+def _summary(metrics: dict[str, float], benchmarks: list[str], zero_shot: list[str] = ()) -> None:
+    """A short table: decision accuracy of f0 and fθ per benchmark on the test split, in-domain and
+    zero-shot benchmarks pooled apart."""
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title="refinement-decision accuracy (test split)")
     for col in ("benchmark", "instances", "f0", "fθ", "Δ (points)"):
         table.add_column(col, justify="right" if col != "benchmark" else "left")
-    for name, prefix in [(b, f"test/{b}/") for b in benchmarks] + [("all", "test/")]:
+    rows = [(f"{b} (zero-shot)" if b in zero_shot else b, f"test/{b}/") for b in benchmarks]
+    rows += [("in-domain", "test/in_domain/"), ("zero-shot", "test/zero_shot/"), ("all", "test/")]
+    for name, prefix in rows:
         ft, f0 = metrics.get(f"{prefix}decision_accuracy"), metrics.get(f"{prefix}decision_accuracy_f0")
         if ft is None or f0 is None:
             continue
@@ -117,7 +120,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         with atomic_dir(out_dir / "adapter") as tmp:  # a kill leaves the old adapter or the new one
             encoder.save_adapter(tmp)
         atomic_write_text(out_dir / "metrics.json", json.dumps(dict(sorted(metrics.items())), indent=2) + "\n")
-        _summary(metrics, list(datamodule.benchmark_names))
+        _summary(metrics, list(datamodule.benchmark_names), list(getattr(datamodule, "zero_shot_names", [])))
         log.info("run dir %s (%.0f s)", out_dir, metrics["train/seconds"])
     return metrics
 

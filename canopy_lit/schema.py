@@ -169,6 +169,8 @@ class ModelSchema:
     lora_alpha: float = knob(16, gt=0)
     lora_dropout: float = knob(0.05, ge=0, lt=1)
     scale: float = knob(20.0, gt=0)
+    margin: float = knob(0.0, ge=0)
+    stop_weight: float = knob(1.0, gt=0)
     chunk_size: int = knob(16, ge=1)
     backbone_dropout: bool = True
 

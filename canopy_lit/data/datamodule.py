@@ -359,6 +359,17 @@ class PreferenceCollate:
         return batch
 
 
+def _named(benchmarks: Mapping[str, Mapping[str, Any] | None] | Sequence[str] | str | None) -> dict[str, dict[str, Any]]:
+    """Benchmark names (a name, a list, or name -> options) as name -> options."""
+    if not benchmarks:
+        return {}
+    if isinstance(benchmarks, str):
+        return {benchmarks: {}}
+    if isinstance(benchmarks, Mapping):
+        return {str(k): dict(v or {}) for k, v in benchmarks.items()}
+    return {str(b): {} for b in benchmarks}
+
+
 def _key(x: EncoderInput) -> Any:
     """Cache / dedup key: the text of a text-only input, (text, frames) of a visual one."""
     if isinstance(x, NodeInput):
@@ -370,7 +381,10 @@ class PreferenceDataModule(L.LightningDataModule):
     """Instances (q, v, P(v)) from the configured benchmarks, split by ``split_questions``.
 
     Args:
-        benchmarks: names (or name -> options) of the benchmarks to train on.
+        benchmarks: names (or name -> options) of the in-domain benchmarks: train, val and test splits.
+        zero_shot: names (or name -> options) of out-of-domain benchmarks evaluated **zero-shot**: only
+            their test split is loaded, never trained or validated on (the paper's protocol: TAT-QA and
+            2WikiMultiHopQA). Their ids follow the in-domain ones in ``benchmark_names``.
         options: name -> options for ``canopy_lit.data.load_benchmark`` (``path``, reader options), plus
             ``max_questions`` (int or {split: int}): a seeded random subset of each split's questions.
         tree: the run's ``Hierarchy`` (``cfg.tree``): builds the trees and renders every node exactly
@@ -389,6 +403,7 @@ class PreferenceDataModule(L.LightningDataModule):
     def __init__(
         self,
         benchmarks: Mapping[str, Mapping[str, Any] | None] | Sequence[str] = ("hotpotqa",),
+        zero_shot: Mapping[str, Mapping[str, Any] | None] | Sequence[str] = (),
         options: Mapping[str, Mapping[str, Any] | None] | None = None,
         tree: Hierarchy | None = None,
         branching: int | None = None,
@@ -401,17 +416,21 @@ class PreferenceDataModule(L.LightningDataModule):
         group_by_item: bool = False,
     ) -> None:
         super().__init__()
-        if isinstance(benchmarks, str):
-            benchmarks = [benchmarks]
-        self.benchmark_options: dict[str, dict[str, Any]] = (
-            {k: dict(v or {}) for k, v in benchmarks.items()}
-            if isinstance(benchmarks, Mapping)
-            else {b: {} for b in benchmarks}
-        )
+        in_domain, zero = _named(benchmarks), _named(zero_shot)
+        both = sorted(set(in_domain) & set(zero))
+        if both:
+            raise ValueError(
+                f"datamodule: {both} listed both in benchmarks (trained on) and zero_shot (never trained on)"
+            )
+        if not in_domain:
+            raise ValueError("datamodule.benchmarks is empty: nothing to train on")
+        self.benchmark_options: dict[str, dict[str, Any]] = {**in_domain, **zero}
+        self.zero_shot_names = list(zero)
         for name, opts in (options or {}).items():
             if name in self.benchmark_options:  # options of benchmarks not selected are ignored
                 self.benchmark_options[name].update(opts or {})
         self.benchmark_names = list(self.benchmark_options)
+        self.in_domain_names = list(in_domain)
         if tree is None:
             tree = Hierarchy(2 if branching is None else int(branching))
         elif branching is not None and int(branching) != tree.branching:
@@ -495,7 +514,11 @@ class PreferenceDataModule(L.LightningDataModule):
             opts = {k: v for k, v in options.items() if k not in {"max_questions"}}
             bench = load_benchmark(name, **opts)
             trees: dict[str, Tree] = {}
-            splits = {s: self._split(bench, s, options) for s in SPLITS}
+            if name in self.zero_shot_names:
+                # Zero-shot: the adapter never sees this benchmark; only its held-out test split is read.
+                splits = {"train": [], "val": [], "test": self._split(bench, "test", options)}
+            else:
+                splits = {s: self._split(bench, s, options) for s in SPLITS}
             if not splits["val"] and splits["train"]:
                 # No val split for this benchmark: hold out a slice of its training questions.
                 k = max(1, int(round(len(splits["train"]) * self.val_fraction)))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torchmetrics import Metric
@@ -34,6 +34,8 @@ class DecisionAccuracy(Metric):
     Args:
         benchmarks: benchmark names, in the order of the ``benchmark`` ids passed to ``update``.
         max_depth: depths above it are pooled into ``max_depth``.
+        groups: group name -> benchmark names pooled into ``<group>/decision_accuracy`` (instances
+            summed, not benchmark means), e.g. ``{"in_domain": [...], "zero_shot": ["tatqa"]}``.
 
     ``compute()`` returns ``{"decision_accuracy": ..., "<bench>/decision_accuracy": ...,
     "depth<d>/decision_accuracy": ..., "decision_accuracy/stop": ..., "decision_accuracy/descend": ...,
@@ -45,9 +47,19 @@ class DecisionAccuracy(Metric):
     full_state_update = False
     higher_is_better = True
 
-    def __init__(self, benchmarks: Sequence[str] = (), max_depth: int = 16, **kwargs) -> None:
+    def __init__(
+        self,
+        benchmarks: Sequence[str] = (),
+        max_depth: int = 16,
+        groups: Mapping[str, Sequence[str]] | None = None,
+        **kwargs,
+    ) -> None:
         super().__init__(**kwargs)
         self.benchmarks = list(benchmarks)
+        unknown = sorted({b for g in (groups or {}).values() for b in g} - set(self.benchmarks))
+        if unknown:
+            raise ValueError(f"decision-accuracy groups name unknown benchmarks {unknown} (known: {self.benchmarks})")
+        self.groups = {str(k): [self.benchmarks.index(b) for b in v] for k, v in (groups or {}).items() if v}
         self.max_depth = max_depth
         n = len(self._names())
         self.add_state("correct", torch.zeros(n, dtype=torch.long), dist_reduce_fx="sum")
@@ -90,8 +102,18 @@ class DecisionAccuracy(Metric):
             for i, name in enumerate(self._names())
             if self.total[i] > 0 and not (not self.benchmarks and name.startswith("all/"))
         }
+        for name, (correct, total) in self._pooled().items():
+            if total > 0:
+                out[f"{name}/decision_accuracy"] = correct.float() / total.float()
         out.setdefault("decision_accuracy", torch.zeros((), device=self.total.device))
         return out
+
+    def _pooled(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """(correct, total) of each group: the per-benchmark slots (1 + benchmark id) summed."""
+        return {
+            name: (self.correct[[1 + i for i in ids]].sum(), self.total[[1 + i for i in ids]].sum())
+            for name, ids in self.groups.items()
+        }
 
     def counts(self) -> dict[str, int]:
         """Instances seen per group, summed over processes (``compute`` keys with ``decision_accuracy`` -> ``n``).
@@ -100,11 +122,13 @@ class DecisionAccuracy(Metric):
         """
         with self.sync_context(should_sync=self._to_sync, should_unsync=self._should_unsync):
             total = self.total.tolist()
-        return {
+            pooled = {name: int(t) for name, (_, t) in self._pooled().items()}
+        out = {
             k.replace("decision_accuracy", "n"): int(total[i])
             for i, k in enumerate(self._names())
             if total[i] > 0 and not (not self.benchmarks and k.startswith("all/"))
         }
+        return out | {f"{name}/n": t for name, t in pooled.items() if t > 0}
 
     def _names(self) -> list[str]:
         benches = self.benchmarks or ["all"]

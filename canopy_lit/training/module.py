@@ -28,6 +28,10 @@ class NodeEncoderModule(L.LightningModule):
         lora_r, lora_alpha, lora_dropout, lora_target_modules: the adapter (paper: 8 / 16 / 0.05).
         lora_layers: transformer layers that get LoRA (None = all; top layers only = shorter backprop).
         scale: λ of the pairwise loss (paper: 20).
+        margin: m of the pairwise loss, the lead each winner must keep (paper: 0).
+        stop_weight: loss weight of "stop" instances (v fully gold) relative to "descend" ones (paper: 1).
+            Stops are 1-2% of the bundled instances, so the loss mostly teaches "descend" (issue: gold
+            recall); > 1 re-weights them.
         backbone_dropout: keep the backbone's own dropout active while training (False = only LoRA dropout).
         chunk_size: node texts per length-sorted forward chunk (less padding, same result).
         benchmarks: names for per-benchmark metrics (default: taken from the datamodule).
@@ -48,6 +52,8 @@ class NodeEncoderModule(L.LightningModule):
         lora_target_modules: Sequence[str] | None = None,
         lora_layers: Sequence[int] | None = None,
         scale: float = 20.0,
+        margin: float = 0.0,
+        stop_weight: float = 1.0,
         backbone_dropout: bool = True,
         chunk_size: int = 16,
         benchmarks: Sequence[str] | None = None,
@@ -60,6 +66,8 @@ class NodeEncoderModule(L.LightningModule):
         benchmarks = [str(b) for b in benchmarks] if benchmarks else None
         self.save_hyperparameters(ignore=["encoder"])
         self.hparams["encoder_name"] = encoder.name
+        if stop_weight <= 0 or margin < 0:
+            raise ValueError(f"model.stop_weight must be > 0 and model.margin >= 0, got {stop_weight} and {margin}")
         if schedule not in {"constant", "linear", "cosine"}:
             raise ValueError(f"model.schedule must be constant, linear or cosine, got {schedule!r}")
         self.encoder = encoder
@@ -89,8 +97,18 @@ class NodeEncoderModule(L.LightningModule):
         if not hasattr(self, "val_acc"):
             self.val_acc = DecisionAccuracy(self._benchmarks)
             self.val_acc_f0 = DecisionAccuracy(self._benchmarks)
-            self.test_acc = DecisionAccuracy(self._benchmarks)
-            self.test_acc_f0 = DecisionAccuracy(self._benchmarks)
+            # Test pools in-domain and zero-shot benchmarks apart (the paper's protocol reports both).
+            groups = self._test_groups()
+            self.test_acc = DecisionAccuracy(self._benchmarks, groups=groups)
+            self.test_acc_f0 = DecisionAccuracy(self._benchmarks, groups=groups)
+
+    def _test_groups(self) -> dict[str, list[str]]:
+        """{"in_domain": trained-on benchmarks, "zero_shot": test-only ones} from the datamodule, if it says."""
+        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        zero = [b for b in getattr(dm, "zero_shot_names", []) or [] if b in self._benchmarks]
+        if not zero:
+            return {}
+        return {"in_domain": [b for b in self._benchmarks if b not in zero], "zero_shot": zero}
 
     def configure_optimizers(self) -> Any:
         params = [p for p in self.parameters() if p.requires_grad]
@@ -176,7 +194,12 @@ class NodeEncoderModule(L.LightningModule):
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         win, lose = self.pair_scores(batch)
-        loss = pairwise_ranking_loss(win, lose, batch["mask"], self.hparams.scale)
+        weight = None
+        if self.hparams.stop_weight != 1.0 and "stop" in batch:
+            weight = 1.0 + (self.hparams.stop_weight - 1.0) * batch["stop"].to(win.dtype)
+        loss = pairwise_ranking_loss(
+            win, lose, batch["mask"], self.hparams.scale, margin=self.hparams.margin, weight=weight
+        )
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["query_index"]))
         return loss
 

@@ -28,8 +28,12 @@ def _compose(overrides: list[str], out: Path | None = None):
     return cfg
 
 
-# A tiny real subset: 4 train / 2 val / 4 test questions per benchmark.
-SMALL = [f"datamodule.options.{b}.max_questions.{s}={n}" for b in ("hotpotqa", "nq") for s, n in (("train", 4), ("val", 2), ("test", 4))]
+# A tiny real subset: 4 train / 2 val / 4 test questions per benchmark (TAT-QA, zero-shot: test only).
+SMALL = [
+    f"datamodule.options.{b}.max_questions.{s}={n}"
+    for b in ("hotpotqa", "nq", "ottqa", "tatqa")
+    for s, n in (("train", 4), ("val", 2), ("test", 4))
+]
 
 
 def _options(group: str) -> list[str]:
@@ -42,6 +46,9 @@ def test_experiments_compose(experiment: str) -> None:
     OmegaConf.resolve(cfg)
     assert cfg.model._target_.endswith("NodeEncoderModule")
     assert cfg.datamodule.branching == cfg.tree.branching
+    # The paper's protocol: TAT-QA is evaluated zero-shot, never trained on; OTT-QA tables are in-domain.
+    assert "tatqa" not in cfg.datamodule.benchmarks and "tatqa" in cfg.datamodule.zero_shot
+    assert "ottqa" in cfg.datamodule.benchmarks
     if experiment == "shared_lora":
         assert "Qwen3-VL-Embedding-2B" in cfg.encoder.backbone and cfg.trainer.max_epochs == 2
         assert cfg.model.lr == 5e-5 and cfg.model.lora_r == 8 and "bf16" in cfg.trainer.precision
@@ -156,7 +163,11 @@ def test_quickstart_runs_into_tmp_path(tmp_path: Path) -> None:
     assert any(k.startswith("test/hotpotqa/decision_accuracy") for k in saved)
     assert any(k.startswith("test/nq/decision_accuracy") for k in saved)
     assert saved["test/decision_accuracy"] == metrics["test/decision_accuracy"]
-    assert 0 < saved["test/n"] < 60  # max_questions caps reached the datamodule: 4 + 4 test questions
+    assert 0 < saved["test/n"] < 120  # max_questions caps reached the datamodule: 4 test questions each
+    # in-domain (hotpotqa, nq, ottqa) and zero-shot (tatqa) pooled apart; their counts add up to the total
+    assert saved["test/in_domain/n"] + saved["test/zero_shot/n"] == saved["test/n"]
+    assert saved["test/zero_shot/n"] == saved["test/tatqa/n"] > 0
+    assert 0.0 <= saved["test/zero_shot/decision_accuracy_f0"] <= 1.0
     assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
     assert (tmp_path / "adapter" / "encoder_fingerprint.json").is_file()
     assert (tmp_path / "checkpoints" / "last.ckpt").is_file()

@@ -67,3 +67,23 @@ def test_bad_shapes_are_rejected() -> None:
         pairwise_ranking_loss(torch.zeros(3), torch.zeros(3))
     with pytest.raises(ValueError, match="reduction"):
         pairwise_ranking_loss(torch.zeros(1, 1), torch.zeros(1, 1), reduction="max")
+
+
+def test_margin_asks_winners_to_lead() -> None:
+    """With m > 0 a winner that leads by less than m still costs more than log 2; m = 0 is the paper's loss."""
+    win, lose = torch.tensor([[0.50]]), torch.tensor([[0.45]])
+    base = pairwise_ranking_loss(win, lose, scale=20.0)
+    with_margin = pairwise_ranking_loss(win, lose, scale=20.0, margin=0.1)
+    assert with_margin > torch.log(torch.tensor(2.0)) > base
+    assert torch.allclose(pairwise_ranking_loss(win, lose, scale=20.0, margin=0.0), base)
+
+
+def test_instance_weights_give_a_weighted_mean() -> None:
+    win = torch.tensor([[0.9], [0.1]])
+    lose = torch.tensor([[0.1], [0.9]])
+    per = pairwise_ranking_loss(win, lose, reduction="none")
+    w = torch.tensor([1.0, 4.0])
+    assert torch.allclose(pairwise_ranking_loss(win, lose, weight=w), (per * w).sum() / w.sum())
+    assert torch.allclose(pairwise_ranking_loss(win, lose, weight=torch.ones(2)), per.mean())
+    with pytest.raises(ValueError, match="weight"):
+        pairwise_ranking_loss(win, lose, weight=torch.ones(3))

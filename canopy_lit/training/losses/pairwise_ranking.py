@@ -12,6 +12,8 @@ def pairwise_ranking_loss(
     mask: torch.Tensor | None = None,
     scale: float = 20.0,
     reduction: str = "mean",
+    margin: float = 0.0,
+    weight: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """ℓ(q, v) = log(1 + Σ_{(a ≻ b) ∈ P(v)} exp(λ · [s(q, b) − s(q, a)])), computed with logsumexp.
 
@@ -22,6 +24,9 @@ def pairwise_ranking_loss(
             an instance with no real pair has loss log(1) = 0.
         scale: λ, the temperature on score differences (paper: 20).
         reduction: ``"mean"`` over instances, ``"sum"`` or ``"none"`` (returns (N,)).
+        margin: m >= 0 asks each winner to lead by m: x_k = λ · (s(q, b) − s(q, a) + m). 0 = the paper's loss.
+        weight: (N,) non-negative per-instance weights (e.g. up-weighted "stop" instances); ``"mean"``
+            becomes the weighted mean Σ w ℓ / Σ w, ``"sum"`` Σ w ℓ, ``"none"`` w ℓ.
 
     Returns:
         Scalar loss, or (N,) per-instance losses for ``reduction="none"``.
@@ -31,11 +36,18 @@ def pairwise_ranking_loss(
     """
     if winner_scores.shape != loser_scores.shape or winner_scores.dim() != 2:
         raise ValueError(f"expected two (N, P) score tensors, got {tuple(winner_scores.shape)} and {tuple(loser_scores.shape)}")
-    logits = scale * (loser_scores - winner_scores)
+    logits = scale * (loser_scores - winner_scores + margin)
     if mask is not None:
         logits = logits.masked_fill(~mask.bool(), float("-inf"))
     zero = logits.new_zeros(logits.shape[0], 1)
     per_instance = torch.logsumexp(torch.cat([zero, logits], dim=1), dim=1)
+    if weight is not None:
+        if weight.shape != per_instance.shape:
+            raise ValueError(f"weight must be (N,) = {tuple(per_instance.shape)}, got {tuple(weight.shape)}")
+        weight = weight.to(per_instance)
+        per_instance = per_instance * weight
+        if reduction == "mean":
+            return per_instance.sum() / weight.sum().clamp_min(1e-12)
     if reduction == "mean":
         return per_instance.mean()
     if reduction == "sum":
@@ -50,11 +62,19 @@ class PairwiseRankingLoss(nn.Module):
 
     Args:
         scale: λ (paper: 20).
+        margin: m, the lead each winner must keep (paper: 0).
     """
 
-    def __init__(self, scale: float = 20.0) -> None:
+    def __init__(self, scale: float = 20.0, margin: float = 0.0) -> None:
         super().__init__()
         self.scale = scale
+        self.margin = margin
 
-    def forward(self, winner_scores: torch.Tensor, loser_scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        return pairwise_ranking_loss(winner_scores, loser_scores, mask, self.scale)
+    def forward(
+        self,
+        winner_scores: torch.Tensor,
+        loser_scores: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        weight: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return pairwise_ranking_loss(winner_scores, loser_scores, mask, self.scale, margin=self.margin, weight=weight)
