@@ -1,4 +1,6 @@
-"""Evaluate CANOPY, its baselines and ablations: ``python evaluate.py experiment=NAME [overrides]``.
+"""Evaluate CANOPY, its baselines and ablations: a thin entry over ``canopy_lit.evaluate.run``.
+
+    python evaluate.py experiment=NAME [overrides] hydra.run.dir=DIR
 
 Writes predictions.jsonl (resumable), metrics.json and table.md into the run dir.
 Exit status: 0 done; 1 the run failed (unreadable data, run folder in use, LLM backend down:
@@ -13,9 +15,9 @@ import hydra
 from omegaconf import DictConfig
 
 from canopy_lit.data.readers._io import DataFormatError
-from canopy_lit.eval.evaluate import evaluate
 from canopy_lit.eval.harness import RunFailed, notify
 from canopy_lit.eval.records import RunLocked
+from canopy_lit.evaluate import run
 from canopy_lit.schema import USAGE_ERROR, ConfigError
 
 
@@ -28,7 +30,7 @@ def _exit(status: int, lines: list[str]) -> None:
 @hydra.main(version_base="1.3", config_path="configs", config_name="evaluate")
 def main(cfg: DictConfig) -> float | None:
     try:
-        metrics = evaluate(cfg)
+        metrics = run(cfg)
     except ConfigError as err:
         _exit(USAGE_ERROR, err.problems)
     except (RunFailed, RunLocked, DataFormatError, FileNotFoundError) as err:

@@ -1,4 +1,4 @@
-"""Train the shared LoRA node encoder (METHOD.md §1.2).
+"""Train the shared LoRA node encoder (METHOD.md §1.2): a thin entry over ``canopy_lit.train.run``.
 
     python train.py experiment=quickstart hydra.run.dir=DIR     # CPU, MiniLM, bundled data
     python train.py experiment=shared_lora                      # paper recipe, Qwen3-VL-Embedding-2B, DDP
@@ -6,128 +6,21 @@
 
 Writes DIR/adapter/ (peft adapter + encoder fingerprint), DIR/metrics.json (both atomically),
 DIR/checkpoints/ (best by val/decision_accuracy + last.ckpt every N steps, at epoch ends and on
-SIGTERM). Returns the best val/decision_accuracy to Hydra sweepers (never a test score).
+SIGTERM). Exit status: 0 done; 2 an invalid config (nothing ran); 143 stopped by SIGTERM (resumable).
+Returns the best val/decision_accuracy to Hydra sweepers (never a test score).
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import signal
-import time
-from pathlib import Path
-from typing import Any
-
 import hydra
-import lightning as L
-import torch
-from hydra.utils import instantiate
-from lightning.pytorch.utilities.exceptions import SIGTERMException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from canopy_lit.io import atomic_dir, atomic_write_text
-from canopy_lit.schema import exit_if_invalid, validate_train_config
-
-log = logging.getLogger("train")
-
-
-def _resolve_ckpt(ckpt_path: str | None, out_dir: Path) -> str | None:
-    """The checkpoint to resume: a path, or ``last`` = <run dir>/checkpoints/last.ckpt (None: start fresh)."""
-    if ckpt_path in (None, "", "null"):
-        return None
-    if ckpt_path == "last":
-        last = out_dir / "checkpoints" / "last.ckpt"
-        if not last.is_file():
-            log.warning("ckpt_path=last: nothing to resume (no %s); training starts at step 0", last)
-            return None
-        ckpt_path = str(last)
-    elif not Path(ckpt_path).is_file():
-        raise FileNotFoundError(f"ckpt_path={ckpt_path}: no such checkpoint")
-    log.info("resuming from %s", ckpt_path)
-    return ckpt_path
-
-
-def _best_val(trainer: L.Trainer, metrics: dict[str, float]) -> float | None:
-    """Best val/decision_accuracy of the run (the checkpoint callback's), else the last one logged."""
-    ckpt = trainer.checkpoint_callback
-    best = getattr(ckpt, "best_model_score", None)
-    if best is not None and getattr(ckpt, "monitor", None) == "val/decision_accuracy":
-        return float(best)
-    return metrics.get("val/decision_accuracy")
-
-
-def _summary(metrics: dict[str, float], benchmarks: list[str], zero_shot: list[str] = ()) -> None:
-    """A short table: decision accuracy of f0 and fθ per benchmark on the test split, in-domain and
-    zero-shot benchmarks pooled apart."""
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="refinement-decision accuracy (test split)")
-    for col in ("benchmark", "instances", "f0", "fθ", "Δ (points)"):
-        table.add_column(col, justify="right" if col != "benchmark" else "left")
-    rows = [(f"{b} (zero-shot)" if b in zero_shot else b, f"test/{b}/") for b in benchmarks]
-    rows += [("in-domain", "test/in_domain/"), ("zero-shot", "test/zero_shot/"), ("all", "test/")]
-    for name, prefix in rows:
-        ft, f0 = metrics.get(f"{prefix}decision_accuracy"), metrics.get(f"{prefix}decision_accuracy_f0")
-        if ft is None or f0 is None:
-            continue
-        n = metrics.get(f"{prefix}n", float("nan"))
-        table.add_row(name, f"{n:.0f}", f"{100 * f0:.1f}", f"{100 * ft:.1f}", f"{100 * (ft - f0):+.1f}")
-    Console().print(table)
-
-
-def train(cfg: DictConfig) -> dict[str, float]:
-    """Fit, test on the held-out split, save the adapter and metrics.json; returns the flat metrics."""
-    exit_if_invalid(cfg, validate_train_config)  # before any work: bad knobs exit 2 with one line each
-    start = time.time()
-    out_dir = Path(cfg.paths.output_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if cfg.get("threads"):
-        torch.set_num_threads(int(cfg.threads))
-    L.seed_everything(cfg.seed, workers=True)
-
-    log.info("encoder <%s>", cfg.encoder.backbone)
-    encoder = instantiate(cfg.encoder, device="cpu")  # Lightning places it (each DDP rank on its own GPU)
-    model = instantiate(cfg.model, encoder=encoder, _convert_="all")
-    datamodule = instantiate(cfg.datamodule, _convert_="all")
-    datamodule.set_tokenizer(encoder.tokenize)
-    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c and "_target_" in c]
-    loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values() if c and "_target_" in c]
-    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
-    for lg in loggers:
-        lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
-
-    try:
-        trainer.fit(model, datamodule=datamodule, ckpt_path=_resolve_ckpt(cfg.get("ckpt_path"), out_dir))
-    except SIGTERMException:
-        # the last_checkpoint callback saved last.ckpt at the step SIGTERM interrupted
-        log.warning("stopped by SIGTERM at global step %d; resume with ckpt_path=last", trainer.global_step)
-        raise SystemExit(128 + signal.SIGTERM) from None
-    metrics: dict[str, float] = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
-    metrics.update(model.f0_results)
-    best_val = _best_val(trainer, metrics)
-    if best_val is not None:
-        metrics["val/best_decision_accuracy"] = best_val
-    metrics["train/global_step"] = float(trainer.global_step)
-
-    if cfg.get("test") and not trainer.interrupted:
-        best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-        # Test (and save) the best validation adapter; fast_dev_run / no checkpointing uses the last weights.
-        trainer.test(model, datamodule=datamodule, ckpt_path=best or None, verbose=False)
-        metrics.update(model.test_results)
-    metrics["train/seconds"] = time.time() - start
-    if trainer.is_global_zero:
-        with atomic_dir(out_dir / "adapter") as tmp:  # a kill leaves the old adapter or the new one
-            encoder.save_adapter(tmp)
-        atomic_write_text(out_dir / "metrics.json", json.dumps(dict(sorted(metrics.items())), indent=2) + "\n")
-        _summary(metrics, list(datamodule.benchmark_names), list(getattr(datamodule, "zero_shot_names", [])))
-        log.info("run dir %s (%.0f s)", out_dir, metrics["train/seconds"])
-    return metrics
+from canopy_lit.train import run
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
-def main(cfg: DictConfig) -> Any:
-    metrics = train(cfg)
+def main(cfg: DictConfig) -> float | None:
+    metrics = run(cfg)
     # The value Hydra sweepers optimise: validation only (choosing hyperparameters on test would leak it).
     return metrics.get("val/best_decision_accuracy")
 

@@ -24,13 +24,15 @@ TARGET = 0.8
 
 
 def _batches(n_batches: int, batch_size: int = 16):
-    from canopy_lit.data import load_benchmark, split_questions, training_instances
+    from canopy_lit.data import load_benchmark, split_questions
     from canopy_lit.data.datamodule import PreferenceDataModule
+    from canopy_lit.hierarchy import Hierarchy
+    from canopy_lit.supervision import training_instances
 
     insts = []
     for name, n_q in (("hotpotqa", 40), ("nq", 120)):
         bench = load_benchmark(name)
-        insts += training_instances(bench, split_questions(bench, "train")[:n_q])
+        insts += training_instances(split_questions(bench, "train")[:n_q], bench.items, Hierarchy(2))
     random.Random(0).shuffle(insts)
     dm = PreferenceDataModule.from_instances({"train": insts}, ["hotpotqa", "nq"], batch_size=batch_size)
     ex = dm.examples["train"]

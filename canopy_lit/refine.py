@@ -109,8 +109,28 @@ def leaf_ids(tree: Tree) -> np.ndarray:
 
 
 class Refiner(Protocol):
+    """What the evidence loop relies on.
+
+    Attributes:
+        needs_scores: the loop encodes nodes and passes their scores only when True (keep-whole
+            reads none, so a method with it loads no node scorer).
+        lazy: when True the loop calls ``refine_lazily`` (``LazyRefiner``) instead of ``__call__``
+            and encodes only the nodes the refinement asks for.
+    """
+
+    needs_scores: bool
+    lazy: bool
+
     def __call__(
-        self, trees: Sequence[Tree], scores: Sequence[np.ndarray], aggregation: Sequence[bool] | None = None
+        self, trees: Sequence[Tree], scores: Sequence[np.ndarray] | None, aggregation: Sequence[bool] | None = None
+    ) -> list[list[int]]: ...
+
+
+class LazyRefiner(Refiner, Protocol):
+    """A refiner with ``lazy = True``: same decisions as ``__call__``, scoring nodes on demand."""
+
+    def refine_lazily(
+        self, trees: Sequence[Tree], score_nodes: NodeScoreFn, aggregation: Sequence[bool] | None = None
     ) -> list[list[int]]: ...
 
 
@@ -146,6 +166,7 @@ class KeepWholeRefiner:
 
     name = "keep_whole"
     needs_scores = False
+    lazy = False
 
     def __call__(
         self,
@@ -168,6 +189,7 @@ class FlatTopMRefiner:
 
     name = "flat_top_m"
     needs_scores = True
+    lazy = False
 
     def __init__(self, m: int = 10) -> None:
         if m < 1:

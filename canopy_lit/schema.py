@@ -76,8 +76,7 @@ class RetrievalSchema:
     """``retrieval.*``: pipeline keys plus the arguments of ``build_retriever`` checked for range."""
 
     k: int = knob(10, ge=1)
-    scope: str = knob("corpus", choices=("corpus", "candidates", "benchmark"))
-    # how scope=candidates/benchmark ranks a question's items (bm25.yaml / hybrid.yaml set it)
+    # how retriever=candidates/benchmark ranks a question's items (bm25.yaml / hybrid.yaml set it)
     candidate_ranking: str = knob("dense", choices=("dense", "bm25", "hybrid"))
     index: str = knob("flat_sq_fp16", choices=("flat_sq_fp16", "flat", "ivfpq"))
     batch_size: int = knob(64, ge=1)
@@ -100,8 +99,13 @@ class ReaderSchema:
 
 @dataclass
 class MethodSchema:
+    """``method.*``: its name (tables) and, for a method with its own pipeline, its runner: a dotted
+    path to ``run(cfg) -> dict[str, float]`` (default: the CANOPY evidence loop). The stages it uses
+    are group choices in its defaults list (``refine``, ``controller`` ...)."""
+
     name: str = "canopy"
-    controller: str = knob("critic", choices=("critic", "ircot", "none"))
+    label: str | None = None
+    runner: str | None = None
 
 
 @dataclass
@@ -125,9 +129,6 @@ class LLMSchema:
     n_batch: int = knob(512, ge=1)
     timeout: float = knob(60.0, gt=0)
     max_retries: int = knob(4, ge=0)
-    backoff: float = knob(0.5, ge=0)
-    max_backoff: float = knob(20.0, ge=0)
-    max_total_seconds: float = knob(600.0, gt=0)
     max_concurrency: int = knob(8, ge=1)
     tensor_parallel_size: int = knob(1, ge=1)
     gpu_memory_utilization: float = knob(0.85, gt=0, le=1)
@@ -338,15 +339,16 @@ def _raise(problems: list[str]) -> None:
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 # Top-level keys of evaluate configs besides EvalSchema's (presets add more: see ``declared_keys``).
-_EVAL_GROUPS = {"paths", "data", "encoder", "tree", "refine", "retrieval", "llm", "method", "loop", "critic",
-                "reader", "carve", "retrieval_eval", "evidence", "study", "adapter", "hydra"}  # fmt: skip
+_EVAL_GROUPS = {"paths", "data", "encoder", "tree", "refine", "retrieval", "retriever", "controller", "llm",
+                "method", "loop", "critic", "reader", "carve", "retrieval_eval", "evidence", "study", "adapter",
+                "hydra"}  # fmt: skip
 
 
 @functools.lru_cache(maxsize=1)
 def declared_keys(config_dir: Path = CONFIG_DIR) -> dict[str, frozenset[str]]:
     """Keys the shipped YAML files declare: ``""`` -> top-level keys, ``group`` -> that group's keys.
 
-    A key a preset declares (``study``, ``method.demos`` ...) is known without a schema entry; a key
+    A key a preset declares (``study``, ``controller.demos`` ...) is known without a schema entry; a key
     no file declares and no schema knows can only come from a ``+key=value`` override: a typo.
     """
     out: dict[str, set[str]] = {"": set()}
@@ -369,8 +371,15 @@ def declared_keys(config_dir: Path = CONFIG_DIR) -> dict[str, frozenset[str]]:
     return {k: frozenset(v - {"defaults"}) for k, v in out.items()}
 
 
-# Keys of the retrieval group the pipeline reads (the rest are build_retriever arguments).
-_PIPELINE_RETRIEVAL_KEYS = {"scope", "node_cache_dir", "candidate_ranking"}
+# Keys of the retrieval group that are no index builder's arguments: the loop owns k and exclude_seen,
+# the node cache and the candidate ranking are read by the pipeline, scope is the removed key (below).
+PIPELINE_RETRIEVAL_KEYS = frozenset({"k", "exclude_seen", "node_cache_dir", "candidate_ranking", "scope"})
+# retrieval.scope=X became the retriever group (retriever=X): evaluate.yaml declares it null so that an
+# old command line reaches this check instead of a Hydra struct error.
+_SCOPE_MOVED = (
+    "retrieval.scope was replaced by the retriever group: use retriever={value} instead of "
+    "retrieval.scope={value} (options: corpus, candidates, benchmark)"
+)
 
 
 def validate_eval_config(cfg: DictConfig) -> None:
@@ -395,9 +404,12 @@ def validate_eval_config(cfg: DictConfig) -> None:
     _check_fields(loop, "loop.", LoopSchema, problems, max_rounds={"ge": least})
     retrieval = cfg.get("retrieval")
     _check_fields(retrieval, "retrieval.", RetrievalSchema, problems, k={"ge": least})
-    from canopy_lit.pipeline.build import _PIPELINE_RETRIEVAL_KEYS as pipeline_keys  # the one list
-
-    _check_target_keys(retrieval, "retrieval.", problems, _PIPELINE_RETRIEVAL_KEYS | set(pipeline_keys))
+    _check_target_keys(retrieval, "retrieval.", problems, set(PIPELINE_RETRIEVAL_KEYS))
+    scope = _value(retrieval, "scope") if isinstance(retrieval, DictConfig) else _MISSING
+    if scope is not _MISSING and scope is not None:
+        problems.append(_SCOPE_MOVED.format(value=scope))
+    _check_target_keys(cfg.get("retriever"), "retriever.", problems, {"name"})
+    _check_target_keys(cfg.get("controller"), "controller.", problems)
     if retrieves and mode == "qa":
         # Append the reason to the k / R messages: "0 is fine elsewhere" is the surprising part.
         problems = [p + why if p.startswith(("retrieval.k ", "loop.max_rounds ")) else p for p in problems]
@@ -445,6 +457,7 @@ def exit_if_invalid(cfg: DictConfig, validate: Any) -> None:
 __all__ = [
     "exit_if_invalid",
     "NON_RETRIEVING_METHODS",
+    "PIPELINE_RETRIEVAL_KEYS",
     "USAGE_ERROR",
     "ConfigError",
     "check_value",

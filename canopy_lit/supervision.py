@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from canopy_lit.types import Tree
+from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.types import Item, Question, Tree
 
 Pair = tuple[int, int]  # (winner node id, loser node id): winner ≻ loser
 
@@ -102,3 +103,62 @@ def pair_holds(tree: Tree, scores: np.ndarray, winner: int, loser: int) -> bool:
 def decision_correct(tree: Tree, scores: np.ndarray, pairs: Sequence[Pair]) -> bool:
     """A refinement decision at v is correct iff every preference in P(v) holds."""
     return all(pair_holds(tree, scores, a, b) for a, b in pairs)
+
+
+@dataclass
+class InstanceStats:
+    """What ``training_instances`` saw: questions, gold items, instances, and items it had to skip."""
+
+    questions: int = 0
+    gold_items: int = 0
+    instances: int = 0
+    skipped_items: dict[str, int] = field(default_factory=dict)
+
+
+def training_instances(
+    questions: Iterable[Question],
+    items: Mapping[str, Item],
+    hierarchy: Hierarchy,
+    benchmark: str = "",
+    tree_cache: dict[str, Tree] | None = None,
+    stats: InstanceStats | None = None,
+) -> list[Instance]:
+    """All (q, v, P(v)) instances of the gold items of ``questions``, trees built by ``hierarchy``.
+
+    The one instance builder of training (the datamodule), the stats command and the tests, so
+    they cannot drift apart. Gold items whose span was not located (empty leaf list) are
+    whole-gold and yield nothing (METHOD.md §1.2); a gold item missing from ``items`` is counted
+    in ``stats.skipped_items["missing_item"]``, not fatal.
+
+    Args:
+        benchmark: label of every instance (default: each question's own ``benchmark``).
+        tree_cache: item id -> tree, shared across calls (e.g. the splits of one benchmark).
+        stats: counts added to in place.
+
+    Raises:
+        ValueError: a gold leaf index outside its item (names question and item).
+    """
+    trees = tree_cache if tree_cache is not None else {}
+    out: list[Instance] = []
+    for q in questions:
+        if stats is not None:
+            stats.questions += 1
+        for item_id, gold in q.gold.items():
+            item = items.get(item_id)
+            if item is None:
+                if stats is not None:
+                    stats.skipped_items["missing_item"] = stats.skipped_items.get("missing_item", 0) + 1
+                continue
+            inst: list[Instance] = []
+            if gold:  # an unlocated span yields no instance: no tree to build
+                if item_id not in trees:
+                    trees[item_id] = hierarchy.build(item)
+                try:
+                    inst = instances_for(q.id, q.text, trees[item_id], gold, benchmark or q.benchmark)
+                except IndexError as err:
+                    raise ValueError(f"{benchmark or q.benchmark}: question {q.id!r}, item {item_id!r}: {err}") from err
+            if stats is not None:
+                stats.gold_items += 1
+                stats.instances += len(inst)
+            out.extend(inst)
+    return out

@@ -114,6 +114,26 @@ class Node:
         return self.end - self.start
 
 
+@dataclass(frozen=True)
+class Frame:
+    """A visual input: an image file, or one frame of a video at ``t`` seconds."""
+
+    path: str
+    t: float | None = None
+
+
+@dataclass
+class NodeInput:
+    """What an encoder sees for one node: text, plus frames/images for visual nodes.
+
+    Tree builders (``hierarchy/``) produce it and encoders consume it; it lives here so that
+    encoders need not import the hierarchy.
+    """
+
+    text: str
+    frames: list[Frame] = field(default_factory=list)
+
+
 class Tree:
     """A region tree over an item's leaves with branching factor ``branching``.
 

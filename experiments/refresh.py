@@ -25,8 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # runnable from a source checkout without installing
     sys.path.insert(0, str(ROOT))
 
-from canopy_lit.eval import plots  # noqa: E402
-from canopy_lit.eval.tables import Run, find_runs, group_studies, render_study, study_rows, write_csv  # noqa: E402
+from canopy_lit.report import plots  # noqa: E402
+from canopy_lit.report.runs import Run, find_runs, group_studies  # noqa: E402
+from canopy_lit.report.tables import render_study, study_rows, write_csv  # noqa: E402
 
 log = logging.getLogger("refresh")
 
@@ -110,7 +111,7 @@ def refresh(outputs: Path, out: Path, docs: Sequence[Path], wandb_project: str |
             n = update_blocks(doc, tables, images)
             log.info("%s: %d generated block(s) refreshed", doc, n)
     if wandb_project:
-        from canopy_lit.eval.wandb_report import log_report
+        from canopy_lit.report.wandb import log_report
 
         log_report(runs, images, project=wandb_project, name="experiments")
     return written

@@ -38,5 +38,5 @@ for bench in hotpotqa nq ottqa tatqa; do
 done
 
 # 4. Tables (markdown + CSV) from the run folders.
-python -m canopy_lit.eval.tables "$OUT/eval" "$OUT/probe" --study quickstart --out "$OUT/tables"
+python -m canopy_lit.report tables "$OUT/eval" "$OUT/probe" --study quickstart --out "$OUT/tables"
 cat "$OUT/tables/quickstart.md"

@@ -15,6 +15,7 @@ OPTIONAL_MODULES = {
     "torchvision": "vl",
     "wandb": "wandb",
     "vllm": "vllm",
+    "openai": "openai",
 }
 
 ROOT = Path(__file__).resolve().parents[1]

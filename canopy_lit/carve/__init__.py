@@ -8,7 +8,8 @@ Stages, one module each:
 - ``generate``: each top-k clip to the reader in its winning configuration's representation
 - ``baselines``: single configurations, reciprocal rank fusion
 - ``metrics``: retrieval recall@k against the evidence clip, top-1 temporal IoU, answer accuracy
-- ``pipeline``: ``CarvePipeline`` and the run folder; CLI ``python -m canopy_lit.carve run ...``
+- ``pipeline``: ``CarvePipeline``, the run folder and its construction from config (``run(cfg)``, the
+  runner of ``method=carve``); CLI ``python -m canopy_lit.carve run|compare ...``
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from canopy_lit.carve.baselines import reciprocal_rank_fusion, single_config_ran
 from canopy_lit.carve.generate import CarveReader, EvidenceBlock, evidence_blocks, winner_distribution
 from canopy_lit.carve.metrics import Window, is_hit, recall_at_k, stage_metrics, temporal_iou, top1_tiou
 from canopy_lit.carve.pipeline import (
-    CarveComponents,
     CarvePipeline,
-    evaluate_carve,
+    SharedModels,
+    build_corpus,
+    build_pipeline,
     parse_method,
     run_methods,
 )
@@ -51,11 +53,12 @@ from canopy_lit.carve.rerank import (
 from canopy_lit.carve.retrieve import Candidate, Hit, ParallelRetriever, build_pool, retrieve_config
 
 __all__ = [
-    "CONFIGS", "Candidate", "CandidateRepr", "CaptionSummariser", "CarveComponents", "CarvePipeline", "CarveReader",
+    "CONFIGS", "Candidate", "CandidateRepr", "CaptionSummariser", "CarvePipeline", "CarveReader",
     "Clip", "ClipAdaptiveReranker", "ClipCorpus", "ConfigScore", "ConfigView", "CrossEncoder",
     "DescribedFrameEmbedder", "DescriberSummariser", "EmbeddingCrossEncoder", "EncoderVisualEmbedder",
     "EvidenceBlock", "Hit", "LLMSummariser", "LLMYesNoCrossEncoder", "ParallelRetriever", "RankedClip",
-    "Summariser", "VisualEmbedder", "Window", "build_pool", "evaluate_carve", "evidence_blocks", "is_hit",
+    "SharedModels", "Summariser", "VisualEmbedder", "Window", "build_corpus", "build_pipeline", "build_pool",
+    "evidence_blocks", "is_hit",
     "normalise", "parse_method", "rank_clips", "recall_at_k", "reciprocal_rank_fusion", "retrieve_config",
     "run_methods", "single_config_ranking", "stage_metrics", "temporal_iou", "top1_tiou", "video_clips",
     "winner_distribution",

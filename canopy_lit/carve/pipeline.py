@@ -7,42 +7,37 @@ evaluation run-folder contract: ``predictions.jsonl`` (one record per question, 
 
 Methods under the same harness: ``carve``; ``single:<config>`` (that configuration's retrieval
 list, no reranking); ``rrf`` (reciprocal rank fusion of the four lists, no reranking).
+
+Built from the composed evaluate config by ``run(cfg)`` (the ``method.runner`` of ``method=carve``):
+the ``carve/{visual_encoder,summariser,reranker}`` subgroups are instantiated with the top-level
+``encoder`` and ``llm`` passed in (``SharedModels``).
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import time
 from collections.abc import Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from hydra.utils import get_object, instantiate
+from omegaconf import DictConfig
 
 from canopy_lit.carve.baselines import reciprocal_rank_fusion, single_config_ranking
 from canopy_lit.carve.generate import CarveReader, evidence_blocks, winner_distribution
 from canopy_lit.carve.metrics import Window, answer_accuracy, recall_at_k, stage_metrics, top1_tiou
-from canopy_lit.carve.representations import (
-    CONFIGS,
-    CaptionSummariser,
-    ClipCorpus,
-    DescribedFrameEmbedder,
-    DescriberSummariser,
-    EncoderVisualEmbedder,
-    LLMSummariser,
-    check_config,
-    video_clips,
-)
-from canopy_lit.carve.rerank import (
-    ClipAdaptiveReranker,
-    ConfigScore,
-    EmbeddingCrossEncoder,
-    LLMYesNoCrossEncoder,
-    RankedClip,
-    rank_clips,
-)
+from canopy_lit.carve.representations import CONFIGS, ClipCorpus, check_config, video_clips
+from canopy_lit.carve.rerank import ClipAdaptiveReranker, ConfigScore, RankedClip, rank_clips
 from canopy_lit.carve.retrieve import Candidate, Hit, ParallelRetriever
+from canopy_lit.data import load_benchmark, split_questions
+from canopy_lit.eval.harness import write_run_outputs
+from canopy_lit.eval.records import RecordLog
+from canopy_lit.eval.summary import markdown_table, score_record, summarize
 from canopy_lit.types import Item, Question
 
 log = logging.getLogger(__name__)
@@ -156,8 +151,6 @@ class CarvePipeline:
 
     def answer(self, q: Question) -> dict[str, Any]:
         """One record of predictions.jsonl."""
-        from canopy_lit.eval.summary import score_record
-
         t_start = time.perf_counter()
         window = question_window(q)
         llm = self._llm()
@@ -224,9 +217,6 @@ class CarvePipeline:
         self, questions: Sequence[Question], out_dir: str | Path, *, run_meta: dict[str, Any] | None = None
     ) -> dict[str, float]:
         """Answer every question not yet in ``out_dir/predictions.jsonl``; write metrics.json and table.md."""
-        from canopy_lit.eval.harness import write_run_outputs
-        from canopy_lit.eval.records import RecordLog
-
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         ids = [q.id for q in questions]
@@ -255,8 +245,6 @@ class CarvePipeline:
         return metrics
 
     def metrics(self, records: Sequence[dict[str, Any]]) -> dict[str, float]:
-        from canopy_lit.eval.summary import summarize
-
         m = summarize(records) if self.reader is not None else {"eval/n": float(len(records))}
         m = {k: v for k, v in m.items() if not k.startswith(("eval/rounds", "eval/duplicate_rate"))}  # single-round method
         m.update(stage_metrics(records, self.recall_ks))
@@ -272,8 +260,6 @@ def _setting(meta: dict[str, Any]) -> str:
 
 def metrics_table(rows: Sequence[tuple[str, dict[str, float]]], recall_ks: Sequence[int] = (1, 3), setting: str = "") -> str:
     """One markdown row per method: stage metrics, answer metrics and winning-configuration shares."""
-    from canopy_lit.eval.summary import markdown_table
-
     cols = ["method", *[f"R@{k}" for k in recall_ks], "pool R", "top-1 tIoU", "acc", "EM", "F1", "rerank calls"]
     cols += [f"win {c}" for c in CONFIGS]
     table_rows = []
@@ -294,186 +280,138 @@ def metrics_table(rows: Sequence[tuple[str, dict[str, float]]], recall_ks: Seque
 # --------------------------------------------------------------------------- construction from config
 
 
-def _get(cfg: Any, key: str, default: Any = None) -> Any:
-    if cfg is None:
-        return default
-    if isinstance(cfg, dict):
-        return cfg.get(key, default)
-    return getattr(cfg, key, default) if not hasattr(cfg, "get") else cfg.get(key, default)
+class SharedModels:
+    """The models several CARVE parts share, each built once from its config on first use.
 
+    The ``carve/*`` subgroups name only their own class; the text encoder (top-level ``encoder``),
+    the LLM (top-level ``llm``) and the frame describer (``carve.describer``) cannot live in a
+    YAML, so ``build`` passes each one to the constructors that take it by that parameter name
+    (``encoder``, ``llm``, ``describe``). The LLM is loaded only when a built part asks for it.
 
-class CarveComponents:
-    """Everything a CARVE run needs, built once from ``configs/carve/default.yaml`` and shared by methods."""
+    Args:
+        cfg: the composed evaluate config (``encoder``, ``llm``, ``carve``).
+    """
 
-    def __init__(self, cfg: Any, items: Sequence[Item], *, need_llm: bool = True) -> None:
-        from canopy_lit.encoders import load_encoder
-        from canopy_lit.hierarchy.video import VideoTreeBuilder
+    NAMES = ("encoder", "llm", "describe")
 
+    def __init__(self, cfg: DictConfig) -> None:
         self.cfg = cfg
-        clips_cfg = _get(cfg, "clips", {}) or {}
-        builder = VideoTreeBuilder(
-            clip_seconds=float(_get(clips_cfg, "clip_seconds", 30.0)),
-            frame_interval=float(_get(clips_cfg, "frame_interval", 10.0)),
-            max_frames=int(_get(clips_cfg, "max_frames", 32)),
-        )
-        missing = [i.id for i in items if i.video is not None and not Path(i.video.path).is_file()]
-        if missing:
-            log.warning("CARVE: %d video(s) not found, left out of the corpus: %s", len(missing), ", ".join(missing[:5]))
-        items = [i for i in items if i.video is not None and Path(i.video.path).is_file()]
-        enc_cfg = _get(cfg, "encoder", {}) or {}
-        self.encoder = load_encoder(str(_get(enc_cfg, "backbone", "minilm")), adapter=_get(enc_cfg, "adapter"))
-        self.describer = self._describer(_get(cfg, "describer", {}) or {})
-        self.llm = self._llm(_get(cfg, "llm", {}) or {}) if need_llm else None
-        visual = self._visual(_get(cfg, "visual", {}) or {})
-        summariser = self._summariser(_get(cfg, "summariser", {}) or {})
-        self.corpus = ClipCorpus.build(
-            video_clips(items, builder), visual=visual, summariser=summariser, text_encoder=self.encoder,
-            describe=self.describer,
+
+    @cached_property
+    def encoder(self) -> Any:
+        return instantiate(self.cfg.encoder)
+
+    @cached_property
+    def llm(self) -> Any:
+        return instantiate(self.cfg.llm)
+
+    @cached_property
+    def describe(self) -> Any:
+        node = self.cfg.carve.get("describer")
+        return instantiate(node) if node is not None else None
+
+    def build(self, node: DictConfig, where: str) -> Any:
+        """``instantiate(node)`` plus the shared models its ``_target_`` takes and the config does not set."""
+        params = inspect.signature(get_object(str(node._target_))).parameters
+        shared: dict[str, Any] = {}
+        for name in self.NAMES:
+            if name not in params or name in node:
+                continue
+            value = getattr(self, name)
+            if value is None and params[name].default is inspect.Parameter.empty:
+                raise ValueError(f"{where} ({node._target_}) needs the frame describer, but carve.describer is null")
+            shared[name] = value
+        return instantiate(node, **shared)
+
+
+def build_corpus(cfg: DictConfig, items: Sequence[Item], models: SharedModels) -> ClipCorpus:
+    """The clips of every readable video, embedded under the four configurations (``cfg.carve``)."""
+    c = cfg.carve
+    builder = instantiate(c.clips)
+    missing = [i.id for i in items if i.video is not None and not Path(i.video.path).is_file()]
+    if missing:
+        log.warning("CARVE: %d video(s) not found, left out of the corpus: %s", len(missing), ", ".join(missing[:5]))
+    items = [i for i in items if i.video is not None and Path(i.video.path).is_file()]
+    corpus = ClipCorpus.build(
+        video_clips(items, builder), visual=models.build(c.visual_encoder, "carve.visual_encoder"),
+        summariser=models.build(c.summariser, "carve.summariser"), text_encoder=models.encoder,
+        describe=models.describe,
+    )  # fmt: skip
+    corpus.meta["clip_seconds"] = builder.clip_seconds
+    corpus.meta["frame_interval"] = builder.frame_interval
+    return corpus
+
+
+def build_pipeline(cfg: DictConfig, method: str, corpus: ClipCorpus, models: SharedModels) -> CarvePipeline:
+    """``CarvePipeline`` for one method; the reranker only for ``carve``, the reader only with ``carve.generate``."""
+    c = cfg.carve
+    kind, _ = parse_method(method)
+    reranker = None
+    if kind == "carve":
+        reranker = ClipAdaptiveReranker(
+            models.build(c.reranker, "carve.reranker"), normalisation=str(c.normalisation),  # type: ignore[arg-type]
+            frame_units=str(c.frame_units),  # type: ignore[arg-type]
         )  # fmt: skip
-        self.corpus.meta["clip_seconds"] = builder.clip_seconds
-        self.corpus.meta["frame_interval"] = builder.frame_interval
-
-    def _describer(self, dcfg: Any) -> Any:
-        if _get(dcfg, "enabled", True) is False:
-            return None
-        from canopy_lit.visual.describer import FrameDescriber
-
-        ocr = _get(dcfg, "ocr", "auto")
-        return FrameDescriber(
-            top_k=int(_get(dcfg, "top_k", 3)), ocr=ocr if ocr == "auto" else bool(ocr),
-            cache_path=_get(dcfg, "cache_path"),
-        )  # fmt: skip
-
-    def _llm(self, lcfg: Any) -> Any:
-        from canopy_lit.llm import load_llm
-
-        kwargs = {k: v for k, v in dict(_get(lcfg, "options", {}) or {}).items() if v is not None}
-        for key in ("n_ctx", "n_threads", "multimodal"):
-            if _get(lcfg, key) is not None:
-                kwargs[key] = _get(lcfg, key)
-        return load_llm(str(_get(lcfg, "backend", "llamacpp")), model=str(_get(lcfg, "model", "qwen2.5-1.5b")), **kwargs)
-
-    def _visual(self, vcfg: Any) -> Any:
-        kind = str(_get(vcfg, "kind", "described"))
-        if kind == "described":
-            if self.describer is None:
-                raise ValueError("carve.visual.kind=described needs the describer (carve.describer.enabled=true)")
-            return DescribedFrameEmbedder(self.describer, self.encoder)
-        if kind == "encoder":
-            backbone = _get(vcfg, "backbone")
-            if not backbone:
-                raise ValueError("carve.visual.kind=encoder needs carve.visual.backbone (a CLIP folder or qwen3vl)")
-            if "clip" in str(backbone).lower():
-                from canopy_lit.visual.clip import CLIPNodeEncoder
-
-                return EncoderVisualEmbedder(CLIPNodeEncoder.from_pretrained(str(backbone)))
-            from canopy_lit.encoders import load_encoder
-
-            return EncoderVisualEmbedder(load_encoder(str(backbone)))
-        raise ValueError(f"carve.visual.kind must be 'described' or 'encoder', got {kind!r}")
-
-    def _summariser(self, scfg: Any) -> Any:
-        kind = str(_get(scfg, "kind", "describer"))
-        if kind == "describer":
-            if self.describer is None:
-                raise ValueError("carve.summariser.kind=describer needs the describer")
-            return DescriberSummariser(self.describer)
-        if kind == "captions":
-            path = _get(scfg, "captions")
-            if not path:
-                raise ValueError("carve.summariser.kind=captions needs carve.summariser.captions=<JSONL file>")
-            return CaptionSummariser(path)
-        if kind == "llm":
-            if self.llm is None:
-                raise ValueError("carve.summariser.kind=llm needs an LLM (carve.llm)")
-            return LLMSummariser(self.llm, describe=self.describer)
-        raise ValueError(f"carve.summariser.kind must be describer, captions or llm, got {kind!r}")
-
-    def reranker(self) -> ClipAdaptiveReranker:
-        rcfg = _get(self.cfg, "reranker", {}) or {}
-        kind = str(_get(rcfg, "kind", "llm"))
-        if kind == "llm":
-            if self.llm is None:
-                raise ValueError("carve.reranker.kind=llm needs an LLM")
-            cross: Any = LLMYesNoCrossEncoder(self.llm, top_logprobs=int(_get(rcfg, "top_logprobs", 10)))
-        elif kind == "embedding":
-            cross = EmbeddingCrossEncoder(self.encoder)
-        else:
-            raise ValueError(f"carve.reranker.kind must be 'llm' or 'embedding', got {kind!r}")
-        return ClipAdaptiveReranker(
-            cross, normalisation=str(_get(self.cfg, "normalisation", "zscore")),  # type: ignore[arg-type]
-            frame_units=str(_get(self.cfg, "frame_units", "all")),  # type: ignore[arg-type]
-        )  # fmt: skip
-
-    def reader(self) -> CarveReader | None:
-        if not _get(self.cfg, "generate", True) or self.llm is None:
-            return None
-        rcfg = _get(self.cfg, "reader", {}) or {}
-        return CarveReader(self.llm, max_tokens=int(_get(rcfg, "max_tokens", 32)), max_side=int(_get(rcfg, "max_side", 448)))
-
-    def pipeline(self, method: str) -> CarvePipeline:
-        kind, _ = parse_method(method)
-        return CarvePipeline(
-            self.corpus,
-            method=method,
-            k=int(_get(self.cfg, "k", 3)),
-            pool_k=int(_get(self.cfg, "pool_k", 3)),
-            reranker=self.reranker() if kind == "carve" else None,
-            reader=self.reader(),
-            scope=str(_get(self.cfg, "scope", "corpus")),
-            recall_ks=list(_get(self.cfg, "recall_ks", [1, 3])),
-            min_iou=float(_get(self.cfg, "min_iou", 0.0)),
-            rrf_k=float(_get(self.cfg, "rrf_k", 60)),
-            workers=int(_get(self.cfg, "workers", 4)),
-        )
-
-
-def needs_llm(cfg: Any, methods: Sequence[str]) -> bool:
-    """An LLM is loaded only when something uses it (reader, LLM reranker, LLM summariser)."""
-    kinds = {parse_method(m)[0] for m in methods}
-    rer = str(_get(_get(cfg, "reranker", {}) or {}, "kind", "llm"))
-    summ = str(_get(_get(cfg, "summariser", {}) or {}, "kind", "describer"))
-    return bool(_get(cfg, "generate", True)) or ("carve" in kinds and rer == "llm") or summ == "llm"
+    return CarvePipeline(
+        corpus,
+        method=method,
+        k=int(c.k),
+        pool_k=int(c.pool_k),
+        reranker=reranker,
+        reader=models.build(c.reader, "carve.reader") if c.generate else None,
+        scope=str(c.scope),
+        recall_ks=[int(k) for k in c.recall_ks],
+        min_iou=float(c.min_iou),
+        rrf_k=float(c.rrf_k),
+        workers=int(c.workers),
+    )
 
 
 def run_methods(
-    cfg: Any, questions: Sequence[Question], items: Sequence[Item], out_dir: str | Path, methods: Sequence[str]
+    cfg: DictConfig, questions: Sequence[Question], items: Sequence[Item], out_dir: str | Path, methods: Sequence[str]
 ) -> dict[str, dict[str, float]]:
     """Run several methods over one shared corpus (built once); each into ``out_dir/<method>``, plus a joint table."""
     methods = list(methods)
     for m in methods:
         parse_method(m)
-    comp = CarveComponents(cfg, items, need_llm=needs_llm(cfg, methods))
+    models = SharedModels(cfg)
+    corpus = build_corpus(cfg, items, models)
     out = Path(out_dir)
     results: dict[str, dict[str, float]] = {}
+    rerankers: dict[str, str] = {}
     for m in methods:
         t0 = time.perf_counter()
         target = out if len(methods) == 1 else out / method_slug(m)
-        results[m] = comp.pipeline(m).run(questions, target)
+        pipe = build_pipeline(cfg, m, corpus, models)
+        if pipe.reranker is not None:
+            rerankers[m] = pipe.reranker.cross_encoder.kind
+        results[m] = pipe.run(questions, target)
         log.info("CARVE %s: %.1fs", m, time.perf_counter() - t0)
     if len(methods) > 1:
-        ks = list(_get(cfg, "recall_ks", [1, 3]))
-        meta = dict(comp.corpus.meta)
-        if "carve" in methods:
-            meta.update(reranker=comp.reranker().cross_encoder.kind, normalisation=_get(cfg, "normalisation", "zscore"))
-        meta.update(k=_get(cfg, "k", 3), pool_k=_get(cfg, "pool_k", 3), scope=_get(cfg, "scope", "corpus"))
+        c = cfg.carve
+        meta = dict(corpus.meta)
+        if "carve" in rerankers:
+            meta.update(reranker=rerankers["carve"], normalisation=c.normalisation)
+        meta.update(k=c.k, pool_k=c.pool_k, scope=c.scope)
         flat = {f"{method_slug(m)}/{k}": v for m, r in results.items() for k, v in r.items()}
-        from canopy_lit.eval.harness import write_run_outputs
-
-        write_run_outputs(out, flat, metrics_table(list(results.items()), ks, _setting(meta)))
+        write_run_outputs(out, flat, metrics_table(list(results.items()), list(c.recall_ks), _setting(meta)))
     return results
 
 
-def evaluate_carve(cfg: Any) -> dict[str, float]:
-    """Hydra entry for ``python evaluate.py method=carve``: reads ``cfg.data`` and ``cfg.carve``, writes the run dir."""
-    from canopy_lit.data import load_benchmark, split_questions
-
+def load_triples(cfg: DictConfig) -> tuple[list[Question], list[Item]]:
+    """The questions of ``cfg.data`` (split, then the first ``cfg.limit``) and every item of the benchmark."""
     data = cfg.data
-    options = dict(_get(data, "options", {}) or {})
-    bench = load_benchmark(str(data.name), _get(data, "path"), **options)
-    questions = split_questions(bench, str(_get(data, "split", "all")), int(_get(data, "seed", 0)))
-    if _get(cfg, "limit"):
+    bench = load_benchmark(str(data.name), data.get("path"), **dict(data.get("options") or {}))
+    if bench.skipped:
+        log.warning("triples skipped or incomplete: %s", dict(bench.skipped))
+    questions = split_questions(bench, str(data.get("split", "all")), int(data.get("seed", 0)))
+    if cfg.get("limit"):
         questions = questions[: int(cfg.limit)]
-    out = Path(cfg.paths.output_dir)
-    method = str(_get(cfg.carve, "method", "carve"))
-    return run_methods(cfg.carve, questions, list(bench.items.values()), out, [method])[method]
+    return questions, list(bench.items.values())
+
+
+def run(cfg: DictConfig) -> dict[str, float]:
+    """The runner of ``method=carve`` (``method.runner``): ``cfg.carve.method`` over ``cfg.data`` into ``cfg.paths.output_dir``."""
+    questions, items = load_triples(cfg)
+    method = str(cfg.carve.method)
+    return run_methods(cfg, questions, items, Path(cfg.paths.output_dir), [method])[method]

@@ -1,20 +1,15 @@
-"""Benchmark readers, gold-leaf supervision wiring and deterministic splits.
+"""Benchmark readers, the reader registry and deterministic splits.
 
 ``load_benchmark(name, path=None, **options) -> Benchmark`` reads one benchmark file
 in its official format (or the bundled sample); ``split_questions(bench, split)``
 gives a deterministic split, disjoint by source document; ``python -m
-canopy_lit.data stats --json`` prints the counts.
+canopy_lit.data stats --json`` prints the counts. Benchmarks are registered in
+``canopy_lit.data.base.BENCHMARKS`` (the one place to add one); training instances come
+from ``canopy_lit.supervision.training_instances``.
 """
 
-from canopy_lit.data.benchmark import (
-    BENCHMARKS,
-    Benchmark,
-    BenchmarkSpec,
-    bundled_benchmarks,
-    load_benchmark,
-    project_data_dir,
-    training_instances,
-)
+from canopy_lit.data.base import BENCHMARKS, Benchmark, BenchmarkSpec, bundled_benchmarks, project_data_dir
+from canopy_lit.data.benchmark import load_benchmark
 from canopy_lit.data.readers._io import DataFormatError
 from canopy_lit.data.splits import assign_splits, load_split, split_questions, split_report
 
@@ -30,5 +25,4 @@ __all__ = [
     "project_data_dir",
     "split_questions",
     "split_report",
-    "training_instances",
 ]

@@ -15,16 +15,12 @@ import json
 import sys
 from typing import Any
 
-from canopy_lit.data.benchmark import (
-    BENCHMARKS,
-    Benchmark,
-    bundled_benchmarks,
-    load_benchmark,
-    training_instances,
-)
+from canopy_lit.data.base import BENCHMARKS, Benchmark, bundled_benchmarks
+from canopy_lit.data.benchmark import load_benchmark
 from canopy_lit.data.readers._io import DataFormatError
 from canopy_lit.data.splits import split_report
 from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.supervision import training_instances
 
 
 def benchmark_stats(bench: Benchmark, branching: int = 2, seed: int = 0) -> dict[str, Any]:
@@ -33,7 +29,7 @@ def benchmark_stats(bench: Benchmark, branching: int = 2, seed: int = 0) -> dict
     with_gold = sum(1 for q in questions if q.gold)
     located = sum(1 for q in questions if any(q.gold.values()))
     gold_items = {i for q in questions for i in q.gold}
-    instances = training_instances(bench, hierarchy=Hierarchy(branching))
+    instances = training_instances(bench.questions, bench.items, Hierarchy(branching))
     return {
         "questions": len(questions),
         "questions_with_gold": with_gold,

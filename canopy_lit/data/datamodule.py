@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import lightning as L
@@ -22,10 +22,13 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from canopy_lit.data.benchmark import load_benchmark
+from canopy_lit.data.splits import split_questions
 from canopy_lit.encoders.base import EncoderInput
-from canopy_lit.hierarchy import Hierarchy, NodeInput
-from canopy_lit.supervision import Instance, instances_for
-from canopy_lit.types import Item, Question, Tree
+from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.supervision import Instance, training_instances
+from canopy_lit.supervision import InstanceStats as SplitStats
+from canopy_lit.types import NodeInput, Question, Tree
 
 log = logging.getLogger(__name__)
 
@@ -52,14 +55,6 @@ class Example:
         return [x.text for x in self.inputs]
 
 
-@dataclass
-class SplitStats:
-    questions: int = 0
-    gold_items: int = 0
-    instances: int = 0
-    skipped_items: dict[str, int] = field(default_factory=dict)
-
-
 def render_instance(
     inst: Instance, hierarchy: Hierarchy, benchmark_id: int, input_cache: dict | None = None
 ) -> Example:
@@ -83,40 +78,6 @@ def render_instance(
     return Example(
         inst.question, inputs, pairs, tie_ok, benchmark_id, inst.depth, inst.question_id, tree.item.id, inst.stop
     )
-
-
-def build_instances(
-    questions: Sequence[Question],
-    items: Mapping[str, Item],
-    hierarchy: Hierarchy,
-    benchmark: str,
-    tree_cache: dict[str, Tree] | None = None,
-    stats: SplitStats | None = None,
-) -> list[Instance]:
-    """All (q, v) instances of the gold items of ``questions``; items missing from ``items`` are counted, not fatal."""
-    trees = tree_cache if tree_cache is not None else {}
-    out: list[Instance] = []
-    for q in questions:
-        if stats is not None:
-            stats.questions += 1
-        for item_id, gold in q.gold.items():
-            item = items.get(item_id)
-            if item is None:
-                if stats is not None:
-                    stats.skipped_items["missing_item"] = stats.skipped_items.get("missing_item", 0) + 1
-                continue
-            if item_id not in trees:
-                trees[item_id] = hierarchy.build(item)
-            tree = trees[item_id]
-            try:
-                inst = instances_for(q.id, q.text, tree, gold, benchmark or q.benchmark)
-            except IndexError as err:
-                raise ValueError(f"{benchmark}: question {q.id!r}, item {item_id!r}: {err}") from err
-            if stats is not None:
-                stats.gold_items += 1
-                stats.instances += len(inst)
-            out.extend(inst)
-    return out
 
 
 class ExampleDataset(Dataset):
@@ -403,8 +364,8 @@ class PreferenceDataModule(L.LightningDataModule):
     def __init__(
         self,
         benchmarks: Mapping[str, Mapping[str, Any] | None] | Sequence[str] = ("hotpotqa",),
-        zero_shot: Mapping[str, Mapping[str, Any] | None] | Sequence[str] = (),
         options: Mapping[str, Mapping[str, Any] | None] | None = None,
+        zero_shot: Mapping[str, Mapping[str, Any] | None] | Sequence[str] = (),
         tree: Hierarchy | None = None,
         branching: int | None = None,
         batch_size: int = 16,
@@ -492,8 +453,6 @@ class PreferenceDataModule(L.LightningDataModule):
 
     # --------------------------------------------------------------- loading
     def _split(self, bench: Any, split: str, options: dict[str, Any]) -> list[Question]:
-        from canopy_lit.data import split_questions
-
         qs = list(split_questions(bench, split, seed=self.seed))
         cap = options.get("max_questions")
         if isinstance(cap, Mapping):
@@ -506,8 +465,6 @@ class PreferenceDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.examples:
             return
-        from canopy_lit.data import load_benchmark
-
         input_cache: dict = {}
         out: dict[str, list[Example]] = {s: [] for s in SPLITS}
         for b_id, (name, options) in enumerate(self.benchmark_options.items()):
@@ -526,7 +483,7 @@ class PreferenceDataModule(L.LightningDataModule):
             self.stats[name] = {}
             for s, qs in splits.items():
                 st = SplitStats()
-                insts = build_instances(qs, bench.items, self.hierarchy, name, trees, st)
+                insts = training_instances(qs, bench.items, self.hierarchy, name, trees, st)
                 self.stats[name][s] = st
                 out[s].extend(render_instance(x, self.hierarchy, b_id, input_cache) for x in insts)
             log.info(

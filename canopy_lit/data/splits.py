@@ -19,7 +19,8 @@ import hashlib
 from collections import Counter
 from collections.abc import Iterable
 
-from canopy_lit.data.benchmark import Benchmark, load_benchmark
+from canopy_lit.data.base import Benchmark
+from canopy_lit.data.benchmark import load_benchmark
 from canopy_lit.types import Question
 
 SPLITS = ("train", "val", "test")

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from canopy_lit.hierarchy.base import NodeInput
+from canopy_lit.types import NodeInput
 
 EncoderInput = str | NodeInput
 FINGERPRINT_FILE = "encoder_fingerprint.json"

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from canopy_lit.encoders.base import EncoderInput, NodeEncoder, backbone_hash, input_text
-from canopy_lit.hierarchy.base import Frame, NodeInput
+from canopy_lit.types import Frame, NodeInput
 
 DEFAULT_INSTRUCTION = "Represent the user's input."
 # Full-name regex (peft `re.fullmatch`): attention projections of the language model, never `visual.*`.

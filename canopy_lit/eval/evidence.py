@@ -1,6 +1,6 @@
 """Evidence evaluation without an LLM (``python evaluate.py experiment=evidence``).
 
-Per question: retrieve top-k (``retrieval.scope``), build trees (B), score, refine with the
+Per question: retrieve top-k (the ``retriever`` group), build trees (B), score, refine with the
 ``refine`` group (canopy, keep-whole, flat, extractive, flat at canopy's token count), one
 round, no critic, no reader call; then measure the evidence the reader would get:
 
@@ -34,13 +34,17 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from canopy_lit.data.readers._gold import numbers_in
+from canopy_lit.eval.harness import notify, run_questions, write_run_outputs
 from canopy_lit.eval.metrics import bootstrap_ci, normalize_answer
+from canopy_lit.eval.records import read_predictions
+from canopy_lit.eval.summary import markdown_table
 from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.pipeline.build import build_encoder, build_retriever, build_scorer, load_questions
 from canopy_lit.pipeline.loop import EvidenceLoop, LoopSettings
 from canopy_lit.pipeline.retrievers import CandidateRetriever
-from canopy_lit.pipeline.scoring import NodeScorer
 from canopy_lit.pipeline.trace import STAGES, QuestionRecord
 from canopy_lit.refine import ParentRelativeRefiner, Refiner, leaf_ids
+from canopy_lit.retrieval.node_cache import NodeEmbeddingCache
 from canopy_lit.types import Question, Tree
 
 TokenCounter = Callable[[str], int]
@@ -449,13 +453,8 @@ def summarize_evidence(records: Sequence[Mapping[str, Any]], prefix: str = "evid
 
 
 def build_evidence_runner(cfg: DictConfig, bench: Any) -> EvidenceRunner:
-    """The QA pipeline's stages from the config (retriever by ``retrieval.scope``, tree, scorer,
-    ``refine`` group), one round, the reader's tokenizer for counting, and no LLM at all."""
-    from canopy_lit.eval.evaluate import load_encoder_from_cfg
-    from canopy_lit.pipeline.build import build_retriever
-    from canopy_lit.pipeline.extractive import scorer_encoder
-    from canopy_lit.retrieval import NodeEmbeddingCache
-
+    """The QA pipeline's stages from the config (the ``retriever`` group, tree, scorer, ``refine``
+    group), one round, the reader's tokenizer for counting, and no LLM at all."""
     if cfg.retrieval.get("routing"):
         raise ValueError(
             "mode=evidence makes no LLM call: set retrieval.routing=false (the router is an LLM)"
@@ -467,15 +466,10 @@ def build_evidence_runner(cfg: DictConfig, bench: Any) -> EvidenceRunner:
     if isinstance(refiner, FlatMatchedRefiner):
         refiner.hierarchy = hierarchy  # render its budget exactly as the loop renders evidence
     count = token_counter(str(cfg.evidence.tokenizer))
-    encoder = load_encoder_from_cfg(cfg)
+    encoder = build_encoder(cfg)
     cache_dir = cfg.retrieval.get("node_cache_dir")
     cache_dir = Path(cache_dir) if cache_dir else None
-    scorer = None
-    if getattr(refiner, "needs_scores", False):
-        node_encoder = scorer_encoder(encoder, refiner)  # RECOMP's own f0 scorer, else the encoder (fθ)
-        scorer = NodeScorer(
-            node_encoder, hierarchy, NodeEmbeddingCache(node_encoder, hierarchy, cache_dir=cache_dir)
-        )
+    scorer = build_scorer(cfg, encoder, hierarchy, refiner)  # RECOMP's own f0 scorer, else the encoder (fθ)
     retriever = build_retriever(cfg, bench, encoder, hierarchy, None)
     if type(retriever) is CandidateRetriever:
         retriever = CachedCandidateRetriever(
@@ -505,11 +499,7 @@ EVIDENCE_COLUMNS = [
 
 def run_evidence(cfg: DictConfig, out_dir: Path) -> dict[str, float]:
     """``mode: evidence``: every question of the split, durably, then metrics.json and table.md."""
-    from canopy_lit.eval.evaluate import load_questions
-    from canopy_lit.eval.harness import run_questions, write_run_outputs
-    from canopy_lit.eval.summary import markdown_table
-
-    bench, questions = load_questions(cfg)
+    bench, questions = load_questions(cfg, notify)
     runner = build_evidence_runner(cfg, bench)
     records = run_questions(
         questions,
@@ -523,7 +513,7 @@ def run_evidence(cfg: DictConfig, out_dir: Path) -> dict[str, float]:
     refine = str(cfg.refine._target_).rsplit(".", 1)[-1]
     row = {"refine": refine, "benchmark": cfg.data.name, **{c: metrics.get(c) for c in EVIDENCE_COLUMNS}}
     setting = (
-        f"benchmark={cfg.data.name} split={cfg.data.get('split')} scope={cfg.retrieval.get('scope')} "
+        f"benchmark={cfg.data.name} split={cfg.data.get('split')} scope={cfg.retriever.get('name')} "
         f"k={cfg.retrieval.k} B={cfg.tree.branching} refine={refine} encoder={cfg.encoder.get('backbone')} "
         f"adapter={cfg.encoder.get('adapter')} tokenizer={cfg.evidence.tokenizer}"
     )
@@ -555,9 +545,7 @@ def compare_runs(run_a: str | Path, run_b: str | Path) -> dict[str, float]:
         measurable in both; ``token_ratio`` = tokens A / tokens B (sum over questions) with its CI;
         ``n`` paired questions, ``n_answer`` of them with a measurable answer.
     """
-    from canopy_lit.eval.tables import read_jsonl
-
-    recs = [{r["id"]: r for r in read_jsonl(Path(p) / "predictions.jsonl")} for p in (run_a, run_b)]
+    recs = [{r["id"]: r for r in read_predictions(Path(p) / "predictions.jsonl")} for p in (run_a, run_b)]
     ids = [i for i in recs[0] if i in recs[1]]
     if not ids:
         raise ValueError(f"{run_a} and {run_b} share no recorded question")

@@ -6,6 +6,10 @@ questions and every question ends up in the file exactly once.
 
 ``RunLock`` keeps a second evaluation out of a run folder while one is writing it, and
 ``read_predictions`` is how anything else reads the file (one record per question id).
+
+``run.json`` records the run's ablation axes (method, benchmark, k, B, R, refiner, scorer, adapter
+and its hash, ...) when the evaluation starts, so that reports read what ran instead of
+re-deriving it from a config layout that may have changed since (``run_axes``).
 """
 
 from __future__ import annotations
@@ -15,11 +19,14 @@ import fcntl
 import json
 import logging
 import os
+import re
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from canopy_lit.io import atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -191,3 +198,178 @@ class RunLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+# --- run.json: the ablation axes of a run --------------------------------------------------------
+
+RUN_FILE = "run.json"
+FINGERPRINT_FILE = "encoder_fingerprint.json"  # canopy_lit.encoders.base.FINGERPRINT_FILE (no torch import here)
+
+
+def cfg_get(cfg: Mapping[str, Any], dotted: str, default: Any = None) -> Any:
+    """``cfg["a"]["b"]`` for ``"a.b"``; ``default`` when any part is missing."""
+    cur: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(cur, Mapping) or part not in cur:
+            return default
+        cur = cur[part]
+    return cur
+
+
+def _unset(v: Any) -> bool:
+    return v in (None, "", "null", "None")
+
+
+def refiner_name(target: Any) -> str | None:
+    """``canopy_lit.refine.FlatTopMRefiner`` -> ``flat_top_m`` (the ``refine`` group's option names)."""
+    if not target:
+        return None
+    cls = str(target).rsplit(".", 1)[-1].removesuffix("Refiner")
+    snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", cls).lower()
+    return {"flat_top": "flat_top_m"}.get(snake, snake)
+
+
+def adapter_axes(cfg: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """(portable path, adapter hash) of ``encoder.adapter``; (None, None) for f0.
+
+    Absolute paths name the machine that ran the study, so the path is cut to start at its
+    ``outputs`` folder, else made relative to the project root, else reduced to its name. The hash
+    comes from ``<adapter>/encoder_fingerprint.json`` (written by ``save_adapter``) when it is there,
+    so two runs of one adapter path with different weights can be told apart.
+    """
+    raw = cfg_get(cfg, "encoder.adapter")
+    if _unset(raw):
+        return None, None
+    path = Path(str(raw))
+    root = cfg_get(cfg, "paths.root_dir")
+    full = path if path.is_absolute() or not isinstance(root, str) or "${" in root else Path(root) / path
+    if path.is_absolute():
+        if "outputs" in path.parts[:-1]:
+            path = Path(*path.parts[path.parts.index("outputs") :])
+        elif isinstance(root, str) and path.is_relative_to(root):
+            path = path.relative_to(root)
+        else:
+            path = Path(path.name)
+    meta_file = full / FINGERPRINT_FILE
+    digest = None
+    if meta_file.is_file():
+        try:
+            meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{meta_file}: not valid JSON ({err})") from err
+        digest = meta.get("adapter_hash") if isinstance(meta, dict) else None
+    return path.as_posix(), (str(digest) if digest else None)
+
+
+def scorer_name(cfg: Mapping[str, Any]) -> str | None:
+    """The node scorer behind a run's evidence: a refiner's own (``refine.scorer``, e.g. RECOMP's f0),
+    None for whole items in QA runs (nothing scored), else fθ when an adapter is loaded and f0 otherwise."""
+    if cfg_get(cfg, "encoder") is None:
+        return None
+    own = cfg_get(cfg, "refine.scorer")
+    if own:
+        return {"ftheta": "fθ"}.get(str(own), str(own))
+    if cfg_get(cfg, "mode", "qa") in ("qa", "evidence") and refiner_name(cfg_get(cfg, "refine._target_")) == "keep_whole":
+        return None
+    return "fθ" if not _unset(cfg_get(cfg, "encoder.adapter")) else "f0"
+
+
+def retrieval_scope(cfg: Mapping[str, Any]) -> str | None:
+    """corpus | candidates | benchmark: the ``retriever`` group's option (``retrieval.scope`` in run
+    folders written before that group existed)."""
+    return cfg_get(cfg, "retriever.name") or cfg_get(cfg, "retrieval.scope")
+
+
+def controller_name(cfg: Mapping[str, Any]) -> str | None:
+    """critic | ircot | none: the ``controller`` group's function (``method.controller`` in older configs)."""
+    target = cfg_get(cfg, "controller._target_")
+    if target:
+        name = str(target).rsplit(".", 1)[-1].removesuffix("_controller")
+        return {"no": "none"}.get(name, name)
+    return cfg_get(cfg, "method.controller")
+
+
+def retriever_name(cfg: Mapping[str, Any]) -> str | None:
+    """dense | bm25 | hybrid: the candidate ranking (scope=candidates/benchmark) or the corpus retriever."""
+    if cfg_get(cfg, "retrieval") is None:
+        return None
+    if (retrieval_scope(cfg) or "corpus") in ("candidates", "benchmark"):
+        return str(cfg_get(cfg, "retrieval.candidate_ranking") or "dense")
+    target = str(cfg_get(cfg, "retrieval._target_") or "")
+    return {"build_bm25_retriever": "bm25", "build_hybrid_retriever": "hybrid"}.get(target.rsplit(".", 1)[-1], "dense")
+
+
+def run_axes(cfg: Mapping[str, Any], choices: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ablation axes of a run, from its resolved config (plain dicts) and Hydra's group choices.
+
+    The one place that knows where each axis lives in the config: the evaluation records the
+    result in ``run.json``; reports recompute it only for run folders written before that file.
+    """
+    refine = refiner_name(cfg_get(cfg, "refine._target_"))
+    adapter, adapter_hash = adapter_axes(cfg)
+    return {
+        "mode": cfg_get(cfg, "mode"),
+        "method": cfg_get(cfg, "method.name"),
+        "method_label": cfg_get(cfg, "method.label"),
+        "benchmark": cfg_get(cfg, "data.name"),
+        "split": cfg_get(cfg, "data.split"),
+        "limit": cfg_get(cfg, "limit"),
+        "refine": refine,
+        "m": cfg_get(cfg, "refine.m") if refine == "flat_top_m" else None,
+        "k": cfg_get(cfg, "retrieval.k"),
+        "B": cfg_get(cfg, "tree.branching"),
+        "R": cfg_get(cfg, "loop.max_rounds"),
+        "exclude_seen": cfg_get(cfg, "retrieval.exclude_seen"),
+        "routing": cfg_get(cfg, "retrieval.routing"),
+        "scope": retrieval_scope(cfg),
+        "controller": controller_name(cfg),
+        "retriever": retriever_name(cfg),
+        "scorer": scorer_name(cfg),
+        "encoder": cfg_get(cfg, "encoder.backbone") or cfg_get(cfg, "encoder.name"),
+        "adapter": adapter,
+        "adapter_hash": adapter_hash,
+        "reader": cfg_get(cfg, "llm.model") or cfg_get(cfg, "llm.name"),
+        "cap": cfg_get(cfg, "loop.reader_max_tokens"),
+        "tokenizer": cfg_get(cfg, "evidence.tokenizer"),
+        "variant": (choices or {}).get("variant"),
+        "study": cfg_get(cfg, "study"),
+    }
+
+
+def write_run_axes(run_dir: str | Path, cfg: Any) -> Path:
+    """Write ``<run_dir>/run.json`` (atomically) from an evaluation config (DictConfig or plain dicts).
+
+    Interpolations are resolved where they can be (an unset env variable leaves the config as
+    written); the group choices come from the running Hydra job, when there is one.
+    """
+    from omegaconf import OmegaConf
+
+    if OmegaConf.is_config(cfg):
+        try:
+            cfg = OmegaConf.to_container(cfg, resolve=True)
+        except Exception:  # an unresolvable value elsewhere in the config must not stop the run
+            cfg = OmegaConf.to_container(cfg, resolve=False)
+    choices: dict[str, Any] = {}
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.initialized():
+            choices = dict(HydraConfig.get().runtime.choices)
+    except ImportError:  # pragma: no cover - hydra is a dependency
+        pass
+    path = Path(run_dir) / RUN_FILE
+    return atomic_write_text(path, json.dumps(run_axes(cfg, choices), indent=2, ensure_ascii=False) + "\n")
+
+
+def read_run_axes(run_dir: str | Path) -> dict[str, Any] | None:
+    """``<run_dir>/run.json`` (None when absent: a run folder written before it existed)."""
+    path = Path(run_dir) / RUN_FILE
+    if not path.is_file():
+        return None
+    try:
+        axes = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from err
+    if not isinstance(axes, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return axes

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -97,6 +97,26 @@ def summarize(records: Iterable[Mapping[str, Any]], prefix: str = "eval") -> dic
             if any(secs):
                 out[f"time/{stage}_s"] = float(np.sum(secs))
     return out
+
+
+def judge_summary(scores: Sequence[float], unparsed: int, prefix: str = "eval") -> dict[str, float]:
+    """``eval/judge`` (LLM-as-judge accuracy) with the same bootstrap CI keys as ``eval/f1``.
+
+    Args:
+        scores: (n,) per-question verdicts, 1 = judged correct; failed questions and unparsed
+            verdicts are 0, as failed questions are for EM / F1.
+        unparsed: judge replies with no readable verdict, reported as ``eval/judge_unparsed`` (a count).
+    """
+    if not scores:
+        return {f"{prefix}/judge_n": 0.0, f"{prefix}/judge_unparsed": float(unparsed)}
+    lo, hi = bootstrap_ci(scores)
+    return {
+        f"{prefix}/judge": float(np.mean(scores)),
+        f"{prefix}/judge_ci_low": lo,
+        f"{prefix}/judge_ci_high": hi,
+        f"{prefix}/judge_n": float(len(scores)),
+        f"{prefix}/judge_unparsed": float(unparsed),
+    }
 
 
 def markdown_table(rows: list[Mapping[str, Any]], columns: list[str], setting: str = "") -> str:

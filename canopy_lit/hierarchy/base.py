@@ -7,29 +7,14 @@ import json
 import types
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+from canopy_lit.types import Frame as Frame  # re-exported: NodeInput and Frame live in types.py
 from canopy_lit.types import Item, Leaf, Modality, Tree
+from canopy_lit.types import NodeInput as NodeInput
 
 TokenCounter = Callable[[str], int]
 ELISION = "…"
-
-
-@dataclass(frozen=True)
-class Frame:
-    """A visual input: an image file, or one frame of a video at ``t`` seconds."""
-
-    path: str
-    t: float | None = None
-
-
-@dataclass
-class NodeInput:
-    """What an encoder sees for one node: text, plus frames/images for visual nodes."""
-
-    text: str
-    frames: list[Frame] = field(default_factory=list)
 
 
 def describer_fingerprint(describer: Any) -> str | None:

@@ -1,27 +1,19 @@
 """OpenAI-compatible HTTP backend: vLLM ``serve``, llama.cpp server, hosted APIs.
 
-Timeouts on every request, retries with exponential backoff on connection errors, timeouts, 429
-and 5xx (tenacity), bounded async concurrency for batches, and the API key read only from an
-environment variable (never from a config file).
+Built on the official ``openai`` client (optional extra ``openai``, imported when the backend is
+made): it owns timeouts and retries (connection errors, timeouts, 408/409/429 and 5xx, exponential
+backoff with jitter). This module adds what the project needs on top: bounded async concurrency
+for batches, the per-call log, token counting, the API key read only from an environment variable
+(never from a config file) and redaction of that key from every error text.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
-
-import httpx
-from tenacity import (
-    AsyncRetrying,
-    RetryError,
-    Retrying,
-    retry_if_exception,
-    stop_after_attempt,
-    stop_after_delay,
-    wait_exponential,
-)
 
 from canopy_lit.llm.base import (
     BaseLLM,
@@ -39,30 +31,29 @@ from canopy_lit.llm.base import (
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-_RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
-
-class _RetryableStatus(Exception):
-    def __init__(self, status: int, text: str) -> None:
-        super().__init__(f"HTTP {status}: {text[:200]}")
-        self.status = status
-
-
-def _retryable(exc: BaseException) -> bool:
-    return isinstance(exc, httpx.TransportError | _RetryableStatus)
+def _import_openai() -> Any:
+    """The ``openai`` package, or a ``ModuleNotFoundError`` naming the extra that installs it."""
+    try:
+        import openai
+    except ModuleNotFoundError as e:
+        raise ModuleNotFoundError(
+            "the openai backend needs the `openai` package: pip install -e '.[openai]'", name="openai"
+        ) from e
+    return openai
 
 
 class OpenAILLM(BaseLLM):
-    """Chat completions over HTTP.
+    """Chat completions through the official ``openai`` client.
 
     Args:
         model: model name the server expects.
         base_url: API root including ``/v1`` (e.g. ``http://127.0.0.1:8000/v1``).
         api_key_env: name of the environment variable holding the key (unset = no auth header).
         timeout: seconds per request (connect, read, write).
-        max_retries: retries after the first attempt (so ``max_retries + 1`` attempts at most).
-        backoff: first backoff in seconds, doubled per retry up to ``max_backoff``.
-        max_total_seconds: hard bound on one call including retries.
+        max_retries: retries after the first attempt (so ``max_retries + 1`` attempts at most),
+            with the client's exponential backoff (0.5 s doubling, at most 8 s, or the server's
+            ``Retry-After``).
         max_concurrency: in-flight requests in ``chat_batch``.
         multimodal: send image parts as is (vision models); otherwise render them as descriptions.
         tokenizer: asset name / path of a GGUF or Hugging Face tokenizer for ``count_tokens``;
@@ -79,70 +70,61 @@ class OpenAILLM(BaseLLM):
         api_key_env: str | None = "OPENAI_API_KEY",
         timeout: float = 60.0,
         max_retries: int = 4,
-        backoff: float = 0.5,
-        max_backoff: float = 20.0,
-        max_total_seconds: float = 600.0,
         max_concurrency: int = 8,
         multimodal: bool = False,
         tokenizer: str | None = None,
         calibration: dict[str, float] | None = None,
     ) -> None:
         super().__init__(multimodal=multimodal, calibration=calibration)
+        self._openai = _import_openai()
         self.model = model
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.max_retries = max_retries
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-        self.max_total_seconds = max_total_seconds
         self.max_concurrency = max_concurrency
         self._tokenizer_spec = tokenizer
         self._tokenizer: Any = None
         key = os.environ.get(api_key_env) if api_key_env else None
         register_secret(key)  # servers may echo it in error bodies: never store or log it
-        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._client = httpx.Client(timeout=timeout, headers=self._headers)
+        # Without a key the client gets a placeholder (it would otherwise read OPENAI_API_KEY behind the
+        # config's back) and every request omits the Authorization header.
+        self._client_kwargs: dict[str, Any] = {
+            "base_url": self.base_url, "api_key": key or "unused", "timeout": timeout, "max_retries": max_retries,
+        }  # fmt: skip
+        self._headers: dict[str, Any] = {} if key else {"Authorization": self._openai.Omit()}
+        self._client = self._openai.OpenAI(**self._client_kwargs)
 
-    # ---------------------------------------------------------------- retries
-
-    def _retry_kwargs(self) -> dict[str, Any]:
-        return {
-            "retry": retry_if_exception(_retryable),
-            "stop": stop_after_attempt(self.max_retries + 1) | stop_after_delay(self.max_total_seconds),
-            "wait": wait_exponential(multiplier=self.backoff, max=self.max_backoff),
-            "reraise": False,
-        }
+    # ---------------------------------------------------------------- errors
 
     def _fail(self, url: str, err: BaseException) -> LLMError:
-        cause = err.last_attempt.exception() if isinstance(err, RetryError) else err
-        attempts = err.last_attempt.attempt_number if isinstance(err, RetryError) else 1
-        return LLMError(
-            redact(f"openai backend: POST {url} failed after {attempts} attempt(s): {type(cause).__name__}: {cause}")
-        )
+        """One redacted ``LLMError`` naming the URL, the attempts made and the root cause."""
+        openai = self._openai
+        attempts = 1
+        if isinstance(err, openai.APIStatusError | openai.APIConnectionError):
+            request = err.response.request if isinstance(err, openai.APIStatusError) else err.request
+            # the client stamps every attempt with its retry number
+            attempts = int(request.headers.get("x-stainless-retry-count", 0)) + 1
+        if isinstance(err, openai.APIStatusError):
+            # Redact before cutting: a key cut in half would no longer match.
+            detail = f"HTTP {err.status_code}: {redact(err.response.text)[:300]}"
+        else:
+            cause = err.__cause__ if isinstance(err, openai.APIConnectionError) and err.__cause__ else err
+            detail = f"{type(cause).__name__}: {cause}"
+        return LLMError(redact(f"openai backend: POST {url} failed after {attempts} attempt(s): {detail}"))
 
-    @staticmethod
-    def _check(r: httpx.Response, url: str) -> dict[str, Any]:
-        # Redact before cutting: a key cut in half would no longer match.
-        if r.status_code in _RETRY_STATUS:
-            raise _RetryableStatus(r.status_code, redact(r.text))
-        if r.status_code >= 400:
-            raise LLMError(f"openai backend: POST {url} -> HTTP {r.status_code}: {redact(r.text)[:300]}")
-        try:
-            return r.json()
-        except ValueError as e:
-            raise LLMError(f"openai backend: POST {url} returned non-JSON: {redact(r.text)[:200]!r}") from e
-
-    def _request_body(self, messages: list[Message], **kw: Any) -> dict[str, Any]:
-        return openai_request(messages, model=self.model, **kw)
+    def _parse(self, completion: Any) -> LLMResponse:
+        data = completion if isinstance(completion, dict) else completion.model_dump(exclude_none=True)
+        return parse_openai_response(data, source=f"openai backend ({self.base_url})")
 
     # ---------------------------------------------------------------- sync
 
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        return self._post_raw(f"{self.base_url}{path}", body)
-
     def _complete(self, messages: list[Message], **kw: Any) -> LLMResponse:
-        body = self._post("/chat/completions", self._request_body(messages, **kw))
-        return parse_openai_response(body, source=f"openai backend ({self.base_url})")
+        body = openai_request(messages, model=self.model, **kw)
+        try:
+            completion = self._client.chat.completions.create(**body, extra_headers=self._headers)
+        except self._openai.OpenAIError as e:
+            raise self._fail(f"{self.base_url}/chat/completions", e) from e
+        return self._parse(completion)
 
     # ---------------------------------------------------------------- async batch
 
@@ -161,27 +143,23 @@ class OpenAILLM(BaseLLM):
     async def achat_batch(
         self, batch: Sequence[Sequence[Message]], *, role: str = "reader", **options: Unpack[GenerationOptions]
     ) -> list[LLMResponse]:
-        import time
-
         sem = asyncio.Semaphore(self.max_concurrency)
         url = f"{self.base_url}/chat/completions"
         kw = generation_options(**options)
 
-        async with httpx.AsyncClient(timeout=self.timeout, headers=self._headers) as client:
+        # an async client belongs to one event loop: one per batch, closed with it
+        async with self._openai.AsyncOpenAI(**self._client_kwargs) as client:
 
             async def one(messages: Sequence[Message]) -> LLMResponse:
-                body = self._request_body(self.prepare(messages), **kw)
+                body = openai_request(self.prepare(messages), model=self.model, **kw)
                 async with sem:
                     t0 = time.perf_counter()
                     try:
-                        async for attempt in AsyncRetrying(**self._retry_kwargs()):
-                            with attempt:
-                                data = self._check(await client.post(url, json=body), url)
-                    except (RetryError, httpx.HTTPError, _RetryableStatus) as e:
+                        completion = await client.chat.completions.create(**body, extra_headers=self._headers)
+                    except self._openai.OpenAIError as e:
                         self.log.add(role, 0, 0, time.perf_counter() - t0, ok=False)
                         raise self._fail(url, e) from e
-                    resp = parse_openai_response(data, source=f"openai backend ({self.base_url})")
-                    return self._record(resp, role, time.perf_counter() - t0)
+                    return self._record(self._parse(completion), role, time.perf_counter() - t0)
 
             return list(await asyncio.gather(*(one(m) for m in batch)))
 
@@ -197,28 +175,23 @@ class OpenAILLM(BaseLLM):
                 self._tokenizer = load_tokenizer(self._tokenizer_spec)
             return len(self._tokenizer(text))
         root = self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
-        url = f"{root}/tokenize"
+        url = f"{root}/tokenize"  # not an OpenAI route: the client's generic POST, same retries
         # vLLM wants {"model", "prompt"} and answers {"count", "tokens"}; llama.cpp wants {"content"}
         body = {"model": self.model, "prompt": text, "content": text, "add_special_tokens": False,
                 "add_special": False}  # fmt: skip
-        data = self._post_raw(url, body)
-        if "count" in data:
+        try:
+            data = self._client.post(url, body=body, cast_to=object, options={"headers": self._headers})
+        except self._openai.OpenAIError as e:
+            raise self._fail(url, e) from e
+        if isinstance(data, dict) and "count" in data:
             return int(data["count"])
-        if "tokens" in data:
+        if isinstance(data, dict) and "tokens" in data:
             return len(data["tokens"])
         raise LLMError(f"openai backend: {url} gave no token count; set `tokenizer:` in the llm config")
-
-    def _post_raw(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
-        try:
-            for attempt in Retrying(**self._retry_kwargs()):
-                with attempt:
-                    return self._check(self._client.post(url, json=body), url)
-        except (RetryError, httpx.HTTPError, _RetryableStatus) as e:
-            raise self._fail(url, e) from e
-        raise AssertionError("unreachable")  # pragma: no cover
 
     def close(self) -> None:
         self._client.close()
 
     def __repr__(self) -> str:
         return f"OpenAILLM({self.model!r} @ {self.base_url})"
+

@@ -262,3 +262,33 @@ def relevance(question: str, passage: str) -> list[Message]:
             "Does the passage state information that helps answer the question? Answer Yes or No."
         ),
     ]
+
+
+# ----------------------------------------------------------------- answer judge (eval/judge)
+
+JUDGE_SYSTEM = (
+    "You grade answers to questions. Decide whether the predicted answer means the same as one of the gold "
+    "answers. Differences in wording, formatting, capitalisation, units written out or extra detail that does "
+    "not change the answer are fine; a different, partial, hedged or missing answer is wrong. Do not judge "
+    "whether the gold answers are right. Reply with Yes or No only."
+)
+
+
+def answer_judge(question: str, answers: Sequence[str], prediction: str) -> list[Message]:
+    """LLM-as-judge correctness of one prediction against the gold answers (``eval/judge``).
+
+    Must return ``Yes`` (the prediction gives one of the gold answers) or ``No`` as its first word
+    (JSON ``{"label": "yes" | "no"}`` is accepted too). Parsed by ``parsing.parse_label`` with the
+    labels ``JUDGE_LABELS``; a reply with neither word is unparsed and scores 0.
+    """
+    gold = "\n".join(f"- {a.strip()}" for a in answers if a.strip()) or "- (none given)"
+    return [
+        system(JUDGE_SYSTEM),
+        user(
+            f"{_question_block(question)}\nGold answers:\n{gold}\nPredicted answer: {prediction.strip() or '(empty)'}"
+            "\n\nIs the predicted answer correct? Answer Yes or No."
+        ),
+    ]
+
+
+JUDGE_LABELS = ("yes", "no")

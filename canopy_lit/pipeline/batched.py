@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from canopy_lit.llm.base import CallLog, LLMResponse, Message, generation_options
-from canopy_lit.pipeline.build import QuestionRunner
+from canopy_lit.pipeline.loop import QuestionRunner
 from canopy_lit.pipeline.trace import QuestionRecord
 from canopy_lit.types import Question
 

@@ -1,10 +1,21 @@
-"""Loop controllers and the reader, as thin adapters over the LLM roles (``canopy_lit.llm.roles``)."""
+"""The ``controller`` config group (critic | ircot | none) and the reader, as thin adapters over the LLM
+roles (``canopy_lit.llm.roles``).
+
+Each ``configs/controller/*.yaml`` targets one factory below; ``pipeline.build.build_controller``
+calls it with the same keywords (``llm``, ``hierarchy``, ``data``), so an option uses what it needs.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from canopy_lit.pipeline.loop import Decision
+from omegaconf import DictConfig, OmegaConf
+
+from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.llm import IRCoTStepper, LLMCritic
+from canopy_lit.pipeline.ircot import load_demos
+from canopy_lit.pipeline.loop import Controller, Decision
 from canopy_lit.types import Question
 
 
@@ -35,6 +46,39 @@ class IRCoTController:
         thoughts = [h["thought"] for h in history if h.get("thought")]
         s = self.stepper.step(question.text, evidence, thoughts)
         return Decision(stop=s.answer is not None, followup=s.sentence or question.text, raw={"thought": s.sentence, "answer": s.answer})
+
+
+def critic_controller(
+    llm: Any,
+    mode: str = "logprob",
+    threshold: float | None = None,
+    hierarchy: Hierarchy | None = None,
+    data: Any = None,
+) -> CriticController:
+    """``controller=critic`` (CANOPY): ``critic.mode`` logprob | json, ``critic.threshold`` (None = the
+    llm config's calibrated value). ``hierarchy`` and ``data`` are unused (uniform call)."""
+    return CriticController(LLMCritic(llm, mode=mode, threshold=threshold))
+
+
+def ircot_controller(
+    llm: Any,
+    hierarchy: Hierarchy,
+    data: Mapping[str, Any] | DictConfig,
+    demos: int = 0,
+    demo_split: str = "train",
+    demo_max_words: int = 250,
+) -> IRCoTController:
+    """``controller=ircot``: few-shot chains from ``demos`` questions of the benchmark's ``demo_split``
+    (never test), their paragraphs cut to ``demo_max_words``; 0 = zero-shot."""
+    data = OmegaConf.to_container(data, resolve=True) if isinstance(data, DictConfig) else dict(data)
+    chains = load_demos(data, int(demos), hierarchy, int(demo_max_words), str(demo_split))
+    return IRCoTController(IRCoTStepper(llm, demos=chains))
+
+
+def no_controller(llm: Any = None, hierarchy: Hierarchy | None = None, data: Any = None) -> Controller | None:
+    """``controller=none``: the loop stops after its first round. None rather than an always-stop
+    controller, so that no controller call or verdict is recorded for it (the loop's contract)."""
+    return None
 
 
 class ReaderAdapter:

@@ -72,7 +72,7 @@ def load_demos(data: Mapping[str, Any], n: int, hierarchy: Hierarchy, max_words:
     if n <= 0:
         return []
     if split not in ("train", "val"):
-        raise ValueError(f"method.demo_split must be train or val (never the evaluated test split), got {split!r}")
+        raise ValueError(f"controller.demo_split must be train or val (never the evaluated test split), got {split!r}")
     kwargs = {k: v for k, v in dict(data).items() if k in ("name", "path", "seed", "options")}
     bench, pool = load_split(**kwargs, split=split)
     chosen = select_demos(pool, bench.items, hierarchy, n, max_words)
@@ -85,7 +85,7 @@ def load_demos(data: Mapping[str, Any], n: int, hierarchy: Hierarchy, max_words:
     demos = [d for _, d in chosen]
     if len(demos) < n:
         raise ValueError(
-            f"only {len(demos)} of method.demos={n} {split} questions of {data.get('name')} have located gold "
-            f"paragraphs within method.demo_max_words={max_words}; lower method.demos or raise the cap"
+            f"only {len(demos)} of controller.demos={n} {split} questions of {data.get('name')} have located gold "
+            f"paragraphs within controller.demo_max_words={max_words}; lower controller.demos or raise the cap"
         )
     return demos

@@ -27,14 +27,11 @@ import numpy as np
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.pipeline.scoring import NodeScorer
 from canopy_lit.pipeline.trace import KeptItem, QuestionRecord, RoundTrace, StageTimer
-from canopy_lit.refine import Refiner
-from canopy_lit.types import Evidence, Item, Modality, Question, Tree
+from canopy_lit.refine import LazyRefiner, Refiner
+from canopy_lit.retrieval.base import Retriever
+from canopy_lit.types import Evidence, Modality, Question, Tree
 
 TokenCounter = Callable[[str], int]
-
-
-class Retriever(Protocol):
-    def retrieve(self, query: str, k: int, exclude: set[str], question: Question) -> list[Item]: ...
 
 
 @dataclass
@@ -67,7 +64,10 @@ class AggregationCheck(Protocol):
 @dataclass
 class LoopSettings:
     """Knobs of the loop. ``max_rounds=0`` = no retrieval; ``exclude_seen`` = follow-up rounds ask the
-    index for k items not already held (False = paper behaviour: duplicates are fetched and skipped)."""
+    index for k items not already held (False = paper behaviour: duplicates are fetched and skipped).
+
+    The loop is the one owner of ``k`` and ``exclude_seen`` (config ``retrieval.k``,
+    ``retrieval.exclude_seen``): it passes both to ``Retriever.retrieve`` every round."""
 
     k: int = 10
     max_rounds: int = 3
@@ -112,7 +112,7 @@ class EvidenceLoop:
         self.controller = controller
         self.aggregation = aggregation
         self.settings = settings or LoopSettings()
-        if getattr(refiner, "needs_scores", False) and scorer is None:
+        if refiner.needs_scores and scorer is None:
             raise ValueError(
                 f"refiner {type(refiner).__name__} needs node scores but no scorer/encoder is configured"
             )
@@ -123,13 +123,14 @@ class EvidenceLoop:
 
     def _refine(self, query: str, trees: list[Tree], flags: list[bool], timer: StageTimer) -> list[list[int]]:
         """Kept node ids per tree; encoder time goes to the ``encode`` stage, the rest to ``refine``."""
-        if not getattr(self.refiner, "needs_scores", False):
+        if not self.refiner.needs_scores:
             with timer("refine"):
                 return self.refiner(trees, None, flags)
         assert self.scorer is not None
         with timer("encode"):
             q = self.scorer.embed_query(query)
-        if getattr(self.refiner, "lazy", False):
+        if self.refiner.lazy:
+            refiner: LazyRefiner = self.refiner  # type: ignore[assignment]  # ``lazy`` promises refine_lazily
 
             def score_nodes(requests: Sequence[Sequence[int]]) -> list[np.ndarray]:
                 with timer("encode"):
@@ -137,7 +138,7 @@ class EvidenceLoop:
 
             t0 = timer.seconds["encode"]
             start = time.perf_counter()
-            kept = self.refiner.refine_lazily(trees, score_nodes, flags)
+            kept = refiner.refine_lazily(trees, score_nodes, flags)
             timer.seconds["refine"] += time.perf_counter() - start - (timer.seconds["encode"] - t0)
             return kept
         with timer("encode"):
@@ -230,7 +231,7 @@ class EvidenceLoop:
         rounds = s.max_rounds if (self.retriever is not None and s.k > 0) else 0
         for r in range(rounds):
             with timer("retrieve"):
-                items = self.retriever.retrieve(query, s.k, held if s.exclude_seen else set(), question)
+                items = list(self.retriever.retrieve(query, s.k, held if s.exclude_seen else set(), question))
             new = [it for it in items if it.id not in held]
             trace = RoundTrace(r, query, [it.id for it in items], len(items) - len(new))
             with timer("trees"):
@@ -282,4 +283,27 @@ class EvidenceLoop:
             rec.prediction = self.reader.answer(question, blocks)
         rec.latency_s = time.perf_counter() - t0
         rec.time_s = dict(timer.seconds)
+        return rec
+
+
+class QuestionRunner:
+    """Runs the loop for one question and attributes the LLM calls made meanwhile to it (thread-safe)."""
+
+    def __init__(self, loop: EvidenceLoop, llm: Any) -> None:
+        self.loop = loop
+        self.llm = llm
+
+    def __call__(self, question: Question) -> QuestionRecord:
+        return self.run(question)
+
+    def run(self, question: Question) -> QuestionRecord:
+        log = getattr(self.llm, "log", None)
+        if log is None:
+            return self.loop.run(question)
+        with log.scope(question.id):
+            rec = self.loop.run(question)
+        by_role = log.summary(scope=question.id)["by_role"]
+        rec.llm_calls = {r: int(v["calls"]) for r, v in by_role.items()}
+        rec.llm_tokens = {r: int(v["prompt_tokens"] + v["completion_tokens"]) for r, v in by_role.items()}
+        rec.llm_prefill_tokens = {r: int(v["prompt_tokens"] - v["cached_tokens"]) for r, v in by_role.items()}
         return rec

@@ -93,7 +93,7 @@ def item_text(item: Item, hierarchy: Hierarchy | None = None) -> str:
 
 @dataclass
 class BM25Retriever(SingleQueryMixin):
-    """BM25 over a corpus; same interface as ``FaissRetriever`` (``retrieve``, ``retrieve_round``, ``retrieve_batch``).
+    """BM25 over a corpus; same interface as ``FaissRetriever`` (``retrieve``, ``retrieve_batch``).
 
     Items sharing no (non-stopword) term with the query score 0 and are never returned, so a result
     can hold fewer than k items.
@@ -102,15 +102,12 @@ class BM25Retriever(SingleQueryMixin):
         index: a ``bm25s.BM25`` whose document i is ``corpus.ids[i]``.
         corpus: ``CorpusStore`` or ``ItemPool``.
         settings: the tokenisation the index was built with (queries must use the same).
-        k, exclude_seen: see ``FaissRetriever``.
         n_threads: bm25s query threads (0 = all cores; 1 on shared CPUs).
     """
 
     index: bm25s.BM25
     corpus: Any
     settings: BM25Settings = field(default_factory=BM25Settings)
-    k: int = 10
-    exclude_seen: bool = False
     n_threads: int = 1
     stats: dict[str, float] = field(default_factory=lambda: {"queries": 0, "seconds": 0.0})
 
@@ -124,11 +121,10 @@ class BM25Retriever(SingleQueryMixin):
         return cls(index_texts([item_text(it) for it in pool], settings), pool, settings, **kwargs)
 
     def retrieve_batch(
-        self, queries: Sequence[str], k: int | None = None, exclude: Sequence[Collection[str]] | None = None
+        self, queries: Sequence[str], k: int, exclude: Sequence[Collection[str]] | None = None
     ) -> list[Retrieval]:
         """Batched ``retrieve``: one tokenisation and one bm25s pass for all queries."""
         t0 = time.perf_counter()
-        k = self.k if k is None else k
         queries = list(queries)
         excl = exclusion_sets(queries, exclude)
         out: list[Retrieval] = []
@@ -193,8 +189,6 @@ def build_bm25_retriever(
     encoder: Any = None,
     benchmarks: Sequence[str] = ("nq", "hotpotqa", "ottqa", "tatqa"),
     cache_dir: str | Path | None = None,
-    k: int = 10,
-    exclude_seen: bool = False,
     k1: float = 1.5,
     b: float = 0.75,
     method: str = "lucene",
@@ -212,7 +206,6 @@ def build_bm25_retriever(
             instantiated the same way.
         benchmarks, cache_dir, benchmark_options: as ``build_retriever`` (the corpus JSONL is shared
             with the dense retriever of the same benchmarks; default ``$CANOPY_LIT_HOME/retrieval``).
-        k, exclude_seen: see ``FaissRetriever``.
         k1, b, method, stemmer, stopwords: ``BM25Settings``.
         n_threads: bm25s query threads.
         routing, router: modality routing is a dense-index feature; ``routing=True`` raises.
@@ -227,7 +220,7 @@ def build_bm25_retriever(
     corpus = CorpusStore.from_benchmarks(names, cache / f"corpus-{_slug(names, opts)}.jsonl", options=opts)
     settings = BM25Settings(k1=k1, b=b, method=method, stemmer=stemmer, stopwords=stopwords)
     index = load_or_build_index(corpus, settings, cache)
-    return BM25Retriever(index, corpus, settings, k=k, exclude_seen=exclude_seen, n_threads=n_threads)
+    return BM25Retriever(index, corpus, settings, n_threads=n_threads)
 
 
 build_bm25_retriever.needs_encoder = False  # type: ignore[attr-defined]  # evaluate_retrieval skips loading one

@@ -12,7 +12,6 @@ item (the document's table or a supporting paragraph). HotpotQA also reports ``r
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import time
@@ -20,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from canopy_lit.retrieval.retriever import Retriever, build_retriever
+from canopy_lit.retrieval.retriever import BatchRetriever, build_retriever, builder_options
 from canopy_lit.types import Modality, Question
 
 log = logging.getLogger(__name__)
@@ -28,20 +27,7 @@ log = logging.getLogger(__name__)
 KS = (1, 5, 10, 20)
 
 
-def builder_options(builder: Any, options: dict[str, Any]) -> dict[str, Any]:
-    """The keys of ``options`` that ``builder`` accepts (the group also carries pipeline keys: scope ...).
-
-    A builder with ``**kwargs`` (the hybrid one forwards them to ``build_retriever``) also accepts
-    ``build_retriever``'s keys.
-    """
-    params = inspect.signature(builder).parameters
-    accepted = set(params) - {"encoder"}
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        accepted |= set(inspect.signature(build_retriever).parameters) - {"encoder"}
-    return {key: v for key, v in options.items() if key in accepted}
-
-
-def targets(question: Question, retriever: Retriever) -> set[str]:
+def targets(question: Question, retriever: BatchRetriever) -> set[str]:
     """Item ids a hit must match: the gold table for OTT-QA (``meta["doc"]``), else the gold items."""
     if question.benchmark == "ottqa":
         doc = question.meta.get("doc")
@@ -52,7 +38,7 @@ def targets(question: Question, retriever: Retriever) -> set[str]:
 
 
 def recall_at(
-    retriever: Retriever, questions: Sequence[Question], ks: Sequence[int] = KS, batch: int = 256
+    retriever: BatchRetriever, questions: Sequence[Question], ks: Sequence[int] = KS, batch: int = 256
 ) -> dict[str, float]:
     """``recall@k`` (any target in top k) and ``recall_all@k`` (every target) for one benchmark's questions."""
     kmax = max(ks)
@@ -88,7 +74,7 @@ def evaluate_retrieval(
     ks: Sequence[int] = KS,
     cache_dir: str | Path | None = None,  # None: build_retriever's default, under $CANOPY_LIT_HOME
     out_dir: str | Path | None = None,
-    retriever: Retriever | None = None,
+    retriever: BatchRetriever | None = None,
     builder: Any = build_retriever,
     **retriever_options: Any,
 ) -> dict[str, float]:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from canopy_lit.retrieval.retriever import Retrieval, SingleQueryMixin
+from canopy_lit.retrieval.bm25 import build_bm25_retriever
+from canopy_lit.retrieval.retriever import Retrieval, SingleQueryMixin, build_retriever
 
 
 def reciprocal_rank_fusion(
@@ -46,15 +47,12 @@ class HybridRetriever(SingleQueryMixin):
         weights: name -> RRF weight (missing names weigh 1).
         rrf_k: RRF rank offset (60 in the original paper; smaller trusts the top ranks more).
         depth: items fetched from each retriever before fusion (>= k; deeper = more fusion candidates).
-        k, exclude_seen: see ``FaissRetriever``.
     """
 
     retrievers: Mapping[str, Any]
     weights: Mapping[str, float] = field(default_factory=dict)
     rrf_k: int = 60
     depth: int = 100
-    k: int = 10
-    exclude_seen: bool = False
     stats: dict[str, float] = field(default_factory=lambda: {"queries": 0, "seconds": 0.0})
 
     def __post_init__(self) -> None:
@@ -70,11 +68,10 @@ class HybridRetriever(SingleQueryMixin):
         return next(iter(self.retrievers.values())).corpus
 
     def retrieve_batch(
-        self, queries: Sequence[str], k: int | None = None, exclude: Sequence[Collection[str]] | None = None
+        self, queries: Sequence[str], k: int, exclude: Sequence[Collection[str]] | None = None
     ) -> list[Retrieval]:
         """Each retriever's top ``max(depth, k)`` per query, fused by RRF; scores are the fused scores."""
         t0 = time.perf_counter()
-        k = self.k if k is None else k
         queries = list(queries)
         depth = max(self.depth, k)
         names = list(self.retrievers)
@@ -97,8 +94,6 @@ def build_hybrid_retriever(
     encoder: Any,
     benchmarks: Sequence[str] = ("nq", "hotpotqa", "ottqa", "tatqa"),
     cache_dir: str | Path | None = None,
-    k: int = 10,
-    exclude_seen: bool = False,
     rrf_k: int = 60,
     depth: int = 100,
     weights: Mapping[str, float] | None = None,
@@ -110,19 +105,14 @@ def build_hybrid_retriever(
 
     Args:
         encoder: ``NodeEncoder`` for the dense side.
-        benchmarks, cache_dir, benchmark_options, k, exclude_seen: shared by both sides.
+        benchmarks, cache_dir, benchmark_options: shared by both sides.
         rrf_k, depth, weights: see ``HybridRetriever`` (weights keys: ``dense``, ``bm25``).
         bm25: ``build_bm25_retriever`` options (k1, b, method, stemmer, stopwords, n_threads).
         **dense: the remaining ``build_retriever`` options (index, index_options, routing, router ...).
     """
-    from canopy_lit.retrieval.bm25 import build_bm25_retriever
-    from canopy_lit.retrieval.retriever import build_retriever
-
     shared = {"benchmarks": benchmarks, "cache_dir": cache_dir, "benchmark_options": benchmark_options}
     sides = {
-        "dense": build_retriever(encoder, k=k, **shared, **dense),
-        "bm25": build_bm25_retriever(k=k, **shared, **dict(bm25 or {})),
+        "dense": build_retriever(encoder, **shared, **dense),
+        "bm25": build_bm25_retriever(**shared, **dict(bm25 or {})),
     }
-    return HybridRetriever(
-        sides, dict(weights or {}), rrf_k=rrf_k, depth=depth, k=k, exclude_seen=exclude_seen
-    )
+    return HybridRetriever(sides, dict(weights or {}), rrf_k=rrf_k, depth=depth)

@@ -8,79 +8,30 @@ and the FAISS index (by embeddings + index settings).
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import logging
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from canopy_lit.assets import default_cache_dir
+from canopy_lit.retrieval.base import (  # noqa: F401  (re-exported: the stage interface)
+    BatchRetriever,
+    Retrieval,
+    Retriever,
+    SingleQueryMixin,
+    exclusion_sets,
+)
 from canopy_lit.retrieval.corpus import CorpusStore
 from canopy_lit.retrieval.encode import encode_corpus, f0_fingerprint, load_shards
 from canopy_lit.retrieval.index import FaissIndex
-from canopy_lit.types import Item
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Retrieval:
-    """One query's result: items best first, their cosine scores and the partitions searched."""
-
-    query: str
-    items: list[Item]
-    scores: list[float]
-    groups: list[str] | None = None  # None = every partition (no routing)
-    seconds: float = 0.0
-
-    @property
-    def ids(self) -> list[str]:
-        return [it.id for it in self.items]
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __iter__(self):
-        return iter(self.items)
-
-
-class Retriever(Protocol):
-    """The retrieval stage interface the pipeline codes against."""
-
-    k: int
-    exclude_seen: bool
-
-    def retrieve(self, query: str, k: int | None = None, exclude: Collection[str] = ()) -> Retrieval: ...
-
-    def retrieve_round(self, query: str, held: Collection[str], k: int | None = None) -> Retrieval: ...
-
-
-class SingleQueryMixin:
-    """``retrieve`` and ``retrieve_round`` for a retriever that implements ``retrieve_batch``."""
-
-    exclude_seen: bool
-
-    def retrieve(self, query: str, k: int | None = None, exclude: Collection[str] = ()) -> Retrieval:
-        """Top-k items for ``query``; ids in ``exclude`` are never returned (k are still returned if possible)."""
-        return self.retrieve_batch([query], k, [exclude])[0]  # type: ignore[attr-defined]
-
-    def retrieve_round(self, query: str, held: Collection[str], k: int | None = None) -> Retrieval:
-        """A critic-loop round: excludes the ``held`` items only when ``exclude_seen`` is on."""
-        return self.retrieve(query, k, held if self.exclude_seen else ())
-
-
-def exclusion_sets(queries: Sequence[str], exclude: Sequence[Collection[str]] | None) -> list[frozenset[str]]:
-    """One frozen exclude set per query (empty when ``exclude`` is None)."""
-    if exclude is None:
-        return [frozenset()] * len(queries)
-    excl = [frozenset(e) for e in exclude]
-    if len(excl) != len(queries):
-        raise ValueError(f"{len(excl)} exclude sets for {len(queries)} queries")
-    return excl
 
 
 @dataclass
@@ -91,18 +42,13 @@ class FaissRetriever(SingleQueryMixin):
         index: the item index (partitioned by modality for routing).
         corpus: resolves ids to items.
         encoder: ``NodeEncoder``; queries use ``encode_queries`` (f0).
-        k: default number of items per query (paper: 10).
         router: optional modality router (``route(query) -> list of modality names``); used iff set.
-        exclude_seen: follow-up rounds ask for k items not already held (``retrieve_round``); the
-            paper does not (63% of its follow-up items were already held).
     """
 
     index: FaissIndex
     corpus: CorpusStore
     encoder: Any
-    k: int = 10
     router: Any = None
-    exclude_seen: bool = False
     stats: dict[str, float] = field(default_factory=lambda: {"queries": 0, "seconds": 0.0})
 
     def __post_init__(self) -> None:
@@ -110,11 +56,10 @@ class FaissRetriever(SingleQueryMixin):
             self.router.restrict(self.index.groups)  # never offer the LLM a modality the corpus lacks
 
     def retrieve_batch(
-        self, queries: Sequence[str], k: int | None = None, exclude: Sequence[Collection[str]] | None = None
+        self, queries: Sequence[str], k: int, exclude: Sequence[Collection[str]] | None = None
     ) -> list[Retrieval]:
         """Batched ``retrieve``: one encoder pass and one FAISS pass per routed partition set."""
         t0 = time.perf_counter()
-        k = self.k if k is None else k
         queries = list(queries)
         excl = exclusion_sets(queries, exclude)
         q = self.encoder.encode_queries(queries)
@@ -141,6 +86,20 @@ class FaissRetriever(SingleQueryMixin):
         return chosen or None  # a route to partitions this corpus lacks falls back to all of them
 
 
+def builder_options(builder: Any, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys of ``options`` that ``builder`` accepts: the retrieval group also carries the loop's keys
+    (``k``, ``exclude_seen``) and the candidate ranking, which no corpus builder takes.
+
+    A builder with ``**kwargs`` (the hybrid one forwards them to ``build_retriever``) also accepts
+    ``build_retriever``'s keys.
+    """
+    params = inspect.signature(builder).parameters
+    accepted = set(params) - {"encoder"}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        accepted |= set(inspect.signature(build_retriever).parameters) - {"encoder"}
+    return {key: v for key, v in options.items() if key in accepted}
+
+
 def _slug(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -149,13 +108,11 @@ def build_retriever(
     encoder: Any,
     benchmarks: Sequence[str] = ("nq", "hotpotqa", "ottqa", "tatqa"),
     cache_dir: str | Path | None = None,
-    k: int = 10,
     index: str = "flat_sq_fp16",
     index_options: dict[str, Any] | None = None,
     partition_by_modality: bool = True,
     routing: bool = False,
     router: Any = None,
-    exclude_seen: bool = False,
     batch_size: int = 64,
     shard_size: int = 4096,
     benchmark_options: dict[str, dict[str, Any]] | None = None,
@@ -168,7 +125,6 @@ def build_retriever(
         benchmarks: the corpus is the union of their items.
         cache_dir: root of ``corpus-*.jsonl``, ``emb-*/`` shard folders and ``index-*/`` folders
             (default ``$CANOPY_LIT_HOME/retrieval``, see ``canopy_lit.assets.default_cache_dir``).
-        k, exclude_seen: see ``FaissRetriever``.
         index, index_options: ``FaissIndex`` kind and keyword options (nlist, pq_m, nprobe, gpu ...).
         partition_by_modality: one sub-index per modality (needed for routing; exact either way).
         routing, router: route queries to modality sub-indexes with ``router`` (e.g. an
@@ -200,4 +156,4 @@ def build_retriever(
         groups = corpus.modalities.tolist() if partition_by_modality else None
         faiss_index = FaissIndex.build(ids, vectors, groups=groups, kind=index, gpu=gpu, **opts)
         faiss_index.save(idx_dir)
-    return FaissRetriever(faiss_index, corpus, encoder, k=k, router=router if routing else None, exclude_seen=exclude_seen)
+    return FaissRetriever(faiss_index, corpus, encoder, router=router if routing else None)

@@ -60,6 +60,10 @@ def train_problems(*overrides: str) -> list[str]:
         ("+loop.max_round=1", "unknown config key loop.max_round (did you mean loop.max_rounds?)"),
         ("+retrieval.kk=3", "unknown config key retrieval.kk (did you mean retrieval.k?)"),
         ("+limt=3", "unknown config key limt (did you mean limit?)"),
+        # the scope became the retriever group: an old command line is told the replacement
+        ("retrieval.scope=candidates", "retrieval.scope was replaced by the retriever group: use retriever=candidates"),
+        ("+controller.demo=1", "unknown config key controller.demo ("),
+        ("+retriever.pol=x", "unknown config key retriever.pol (canopy_lit.pipeline.retrievers.corpus_retriever takes"),
     ],
 )
 def test_bad_evaluate_knob_is_one_line_naming_key_and_rule(hydra_ctx, override: str, message: str) -> None:
@@ -97,7 +101,7 @@ def test_every_preset_passes_validation(hydra_ctx) -> None:
     bad = {}
     combos = [
         [f"{group}={p.stem}"]
-        for group in ("data", "encoder", "tree", "refine", "retrieval", "method")
+        for group in ("data", "encoder", "tree", "refine", "retrieval", "retriever", "controller", "method")
         for p in sorted((CONFIGS / group).glob("*.yaml"))
     ]
     combos += [

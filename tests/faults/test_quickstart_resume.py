@@ -22,7 +22,7 @@ for a in "$@"; do
       if [ "$1" = train.py ]; then mkdir -p "$dir/adapter"; echo '{}' > "$dir/adapter/adapter_config.json"; fi ;;
   esac
 done
-if [ "$1 $2" = "-m canopy_lit.eval.tables" ]; then mkdir -p "$OUT/tables"; echo table > "$OUT/tables/quickstart.md"; fi
+if [ "$1 $2 $3" = "-m canopy_lit.report tables" ]; then mkdir -p "$OUT/tables"; echo table > "$OUT/tables/quickstart.md"; fi
 exit 0
 """
 

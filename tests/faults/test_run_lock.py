@@ -17,7 +17,7 @@ import pytest
 from evaluate_runner import DEAD_SERVER, records, run_script
 
 from canopy_lit.eval.records import RecordLog, RunLock, RunLocked, read_predictions
-from canopy_lit.eval.tables import Run
+from canopy_lit.report.runs import Run
 
 HOLD = "import sys, time; from canopy_lit.eval.records import RunLock; RunLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(120)"
 

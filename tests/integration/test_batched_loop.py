@@ -24,12 +24,11 @@ def runner_and_questions(tmp_path_factory):
         resolve("smollm2-135m")
     except AssetError as err:
         pytest.skip(f"smollm2-135m asset unavailable: {err}")
-    from canopy_lit.eval.evaluate import load_questions
-    from canopy_lit.pipeline.build import build_loop
+    from canopy_lit.pipeline.build import build_loop, load_questions
 
     overrides = [
         "data=hotpotqa", "data.split=test", "limit=2", "llm=llamacpp_smollm2", "llm.n_threads=1",
-        "llm.cache_prompt=false", "retrieval.scope=candidates", "retrieval.k=2", "loop.max_rounds=2",
+        "llm.cache_prompt=false", "retriever=candidates", "retrieval.k=2", "loop.max_rounds=2",
         "loop.batched=true", "reader.max_tokens=8", "critic.threshold=0.05",  # a low threshold: some questions stop after round 1
         f"paths.root_dir={CONFIGS.parent}", f"retrieval.node_cache_dir={tmp_path_factory.mktemp('nodes')}",  # SQLite, used from question threads
     ]  # fmt: skip

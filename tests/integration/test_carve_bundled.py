@@ -1,22 +1,28 @@
 """CARVE over the bundled real clips: real MiniLM, the real CPU describer, the hand-written triple fixture.
 
-OCR is switched off here (it costs ~1 s per frame on a busy CPU); the LLM reranker test uses the
-real SmolLM2-135M GGUF when its asset is cached and is skipped otherwise.
+Everything is built from the shipped configs (``method=carve`` composed as ``python -m canopy_lit.carve``
+does). OCR is switched off here (it costs ~1 s per frame on a busy CPU); the LLM reranker test uses
+the real SmolLM2-135M GGUF when its asset is cached and is skipped otherwise.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+from hydra.utils import get_object
 
 from canopy_lit.carve import (
     CONFIGS,
-    CarveComponents,
     CarvePipeline,
     ClipAdaptiveReranker,
     EmbeddingCrossEncoder,
+    SharedModels,
+    build_corpus,
+    build_pipeline,
 )
+from canopy_lit.carve.__main__ import compose_cfg
 from canopy_lit.data import load_benchmark
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -29,18 +35,32 @@ def bench(data_dir):
     )
 
 
+def carve_cfg(data_dir, out, *overrides: str):
+    """``method=carve`` on the bundled triples: captions summariser, embedding reranker, no OCR, no reader."""
+    cfg = compose_cfg(
+        str(data_dir / "fixtures" / "vragbench_bundled_clips.jsonl"), str(data_dir / "media" / "video"), str(out),
+        ["carve.k=2", "carve.pool_k=2", "carve.recall_ks=[1,2]", "carve.generate=false", "carve.describer.ocr=false",
+         "carve/summariser=captions", "carve/reranker=embedding", *overrides],
+    )  # fmt: skip
+    cfg.carve.summariser.path = str(data_dir / "fixtures" / "vragbench_bundled_captions.jsonl")
+    return cfg
+
+
 @pytest.fixture(scope="module")
-def components(bench, data_dir, tmp_path_factory):
-    cfg = {
-        "k": 2,
-        "pool_k": 2,
-        "recall_ks": [1, 2],
-        "generate": False,
-        "describer": {"top_k": 3, "ocr": False, "cache_path": str(tmp_path_factory.mktemp("desc") / "cache.jsonl")},
-        "summariser": {"kind": "captions", "captions": str(data_dir / "fixtures" / "vragbench_bundled_captions.jsonl")},
-        "reranker": {"kind": "embedding"},
-    }
-    return CarveComponents(cfg, list(bench.items.values()), need_llm=False)
+def cfg(data_dir, tmp_path_factory):
+    cfg = carve_cfg(data_dir, tmp_path_factory.mktemp("run"))
+    cfg.carve.describer.cache_path = str(tmp_path_factory.mktemp("desc") / "cache.jsonl")
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def models(cfg):
+    return SharedModels(cfg)
+
+
+@pytest.fixture(scope="module")
+def corpus(cfg, bench, models):
+    return build_corpus(cfg, list(bench.items.values()), models)
 
 
 def test_fixture_triples_resolve_to_bundled_clips(bench):
@@ -49,8 +69,7 @@ def test_fixture_triples_resolve_to_bundled_clips(bench):
     assert all(set(q.meta["evidence"]) == {"video", "start", "end"} for q in bench.questions)
 
 
-def test_corpus_has_four_views_of_the_30s_leaves(components):
-    corpus = components.corpus
+def test_corpus_has_four_views_of_the_30s_leaves(corpus, models):
     # vtest 79.5 s -> 3 clips; tree, bikes, bigbuckbunny -> 1 each; frames 1 / 10 s at window midpoints
     assert len(corpus) == 6
     assert sum(len(c.frames) for c in corpus.clips) == 3 + 3 + 2 + 3 + 1 + 1
@@ -61,18 +80,19 @@ def test_corpus_has_four_views_of_the_30s_leaves(components):
     assert all("labels:" in t for t in corpus.views["visual_frame"].texts)  # real EfficientNet labels
     bunny = next(i for i, c in enumerate(corpus.clips) if c.video_id == "bigbuckbunny")
     assert "rabbit" in corpus.views["text_clip"].texts[bunny]
+    assert "llm" not in vars(models)  # nothing asked for the LLM (no reader, embedding reranker): never loaded
 
 
-def test_caption_configuration_finds_captioned_evidence(components, bench):
-    pipe = CarvePipeline(components.corpus, method="single:text_clip", k=1, pool_k=1, recall_ks=(1,))
+def test_caption_configuration_finds_captioned_evidence(corpus, bench):
+    pipe = CarvePipeline(corpus, method="single:text_clip", k=1, pool_k=1, recall_ks=(1,))
     for qid in ("vrb-bunny-animal", "vrb-tree-hand", "vrb-vtest-pair"):
         rec = pipe.answer(next(q for q in bench.questions if q.id == qid))
         assert rec["stage"]["recall@1"] == 1.0, (qid, rec["ranking"])
 
 
-def test_carve_run_writes_stage_metrics_and_winners(components, bench, tmp_path):
-    reranker = ClipAdaptiveReranker(EmbeddingCrossEncoder(components.encoder), normalisation="zscore")
-    pipe = CarvePipeline(components.corpus, method="carve", k=2, pool_k=2, reranker=reranker, recall_ks=(1, 2))
+def test_carve_run_writes_stage_metrics_and_winners(corpus, models, bench, tmp_path):
+    reranker = ClipAdaptiveReranker(EmbeddingCrossEncoder(models.encoder), normalisation="zscore")
+    pipe = CarvePipeline(corpus, method="carve", k=2, pool_k=2, reranker=reranker, recall_ks=(1, 2))
     metrics = pipe.run(bench.questions, tmp_path)
     recs = [json.loads(x) for x in (tmp_path / "predictions.jsonl").read_text().splitlines()]
     assert len(recs) == 9 and all(r["status"] == "ok" for r in recs)
@@ -89,25 +109,35 @@ def test_carve_run_writes_stage_metrics_and_winners(components, bench, tmp_path)
     assert saved == pytest.approx(metrics)
 
 
-def test_carve_with_real_smollm2_reranker(components, bench, tmp_path):
+def test_runner_of_method_carve_writes_the_run_folder(cfg, bench):
+    """``method.runner`` names ``run(cfg)``: every triple of the file, into ``paths.output_dir``."""
+    metrics = get_object(cfg.method.runner)(cfg)
+    out = Path(cfg.paths.output_dir)
+    recs = [json.loads(x) for x in (out / "predictions.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in recs] == [q.id for q in bench.questions] and all(r["method"] == "carve" for r in recs)
+    assert json.loads((out / "metrics.json").read_text()) == pytest.approx(metrics)
+    meta = json.loads((out / "run_meta.json").read_text())
+    assert meta["reranker"] == "embedding-cosine (bi-encoder stand-in)" and meta["summariser"] == "captions"
+    assert meta["k"] == 2 and meta["pool_k"] == 2
+
+
+def test_carve_with_real_smollm2_reranker(cfg, data_dir, corpus, bench, tmp_path):
     from canopy_lit.assets import REGISTRY, cache_home
 
     if not (cache_home() / REGISTRY["smollm2-135m"].filename).is_file():
         pytest.skip("smollm2-135m not cached (python -m canopy_lit.assets fetch smollm2-135m)")
-    from canopy_lit.carve import CarveReader, LLMYesNoCrossEncoder
-    from canopy_lit.llm import load_llm
-
-    llm = load_llm("llamacpp", "smollm2-135m", n_ctx=2048, n_threads=1)
+    llm_cfg = carve_cfg(
+        data_dir, tmp_path, "llm=llamacpp_smollm2", "llm.n_threads=1", "carve/reranker=llm", "carve.generate=true",
+        "carve.pool_k=1", "carve.frame_units=best", "carve.reader.max_tokens=8",
+    )  # fmt: skip
+    models = SharedModels(llm_cfg)
     try:
-        pipe = CarvePipeline(
-            components.corpus, method="carve", k=2, pool_k=1,
-            reranker=ClipAdaptiveReranker(LLMYesNoCrossEncoder(llm), frame_units="best"),
-            reader=CarveReader(llm, max_tokens=8), recall_ks=(1, 2),
-        )  # fmt: skip
+        pipe = build_pipeline(llm_cfg, "carve", corpus, models)  # the corpus of the embedding config: same clips
+        assert pipe.reranker.frame_units == "best" and pipe.reader.max_tokens == 8
         qs = [q for q in bench.questions if q.id in ("vrb-tree-hand", "vrb-bunny-animal")]
         metrics = pipe.run(qs, tmp_path)
     finally:
-        llm.close()
+        models.llm.close()
     recs = [json.loads(x) for x in (tmp_path / "predictions.jsonl").read_text().splitlines()]
     for r in recs:
         assert r["llm_calls"]["relevance"] == r["rerank_calls"] >= 1 and r["llm_calls"]["reader"] == 1
@@ -115,7 +145,7 @@ def test_carve_with_real_smollm2_reranker(components, bench, tmp_path):
     assert {"carve/accuracy", "eval/em", "carve/retrieval_recall@1", "carve/top1_tiou"} <= set(metrics)
 
 
-def test_visual_winner_reaches_a_vision_reader_as_real_frames(components, bench):
+def test_visual_winner_reaches_a_vision_reader_as_real_frames(corpus, bench):
     from canopy_lit.carve import CarveReader, evidence_blocks
     from canopy_lit.llm.base import BaseLLM, LLMResponse
 
@@ -133,10 +163,10 @@ def test_visual_winner_reaches_a_vision_reader_as_real_frames(components, bench)
         def count_tokens(self, text: str) -> int:
             return len(text.split())
 
-    pipe = CarvePipeline(components.corpus, method="single:visual_clip", k=1, pool_k=1, recall_ks=(1,))
+    pipe = CarvePipeline(corpus, method="single:visual_clip", k=1, pool_k=1, recall_ks=(1,))
     q = next(q for q in bench.questions if q.id == "vrb-tree-hand")
     ranking, *_ = pipe.rank(q.text)
-    blocks = evidence_blocks(ranking, components.corpus)
+    blocks = evidence_blocks(ranking, corpus)
     llm = RecordingVL()
     out = CarveReader(llm).answer(q.text, blocks)
     parts = llm.sent[0][-1]["content"]

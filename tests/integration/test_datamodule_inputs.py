@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from canopy_lit.data import load_benchmark, split_questions, training_instances
+from canopy_lit.data import load_benchmark, split_questions
 from canopy_lit.data.datamodule import PreferenceDataModule, render_instance
 from canopy_lit.encoders import load_encoder
 from canopy_lit.hierarchy import Frame, Hierarchy, NodeInput, VideoTreeBuilder
 from canopy_lit.retrieval.node_cache import NodeEmbeddingCache
-from canopy_lit.supervision import instances_for
+from canopy_lit.supervision import instances_for, training_instances
 from canopy_lit.types import Item, Modality, VideoRef
 
 
@@ -45,7 +45,7 @@ def _inference_inputs(hier: Hierarchy, tree) -> list:
 def test_text_nodes_match_inference_inputs() -> None:
     bench = load_benchmark("hotpotqa")
     hier = Hierarchy(2)
-    inst = training_instances(bench, split_questions(bench, "train")[:3], hier)[0]
+    inst = training_instances(split_questions(bench, "train")[:3], bench.items, hier)[0]
     ex = render_instance(inst, hier, 0)
     seen = _inference_inputs(hier, inst.tree)
     for n, x in zip([inst.node, *inst.tree.children[inst.node]], ex.inputs, strict=True):
@@ -85,7 +85,7 @@ def minilm():
 
 def test_cached_tokens_equal_per_batch_tokenisation(minilm) -> None:
     bench = load_benchmark("nq")
-    insts = training_instances(bench, split_questions(bench, "train")[:8])
+    insts = training_instances(split_questions(bench, "train")[:8], bench.items, Hierarchy(2))
     dm = PreferenceDataModule.from_instances({"train": insts}, ["nq"], batch_size=8)
     calls = []
 

@@ -66,7 +66,6 @@ def test_llm_that_always_fails_records_every_question_as_failed_and_exits_1(tmp_
         "llm=openai",
         "llm.base_url=http://127.0.0.1:9/v1",
         "llm.max_retries=1",
-        "llm.backoff=0.01",
         "data=hotpotqa",
         "data.split=test",
         "limit=4",

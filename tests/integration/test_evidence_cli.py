@@ -54,8 +54,9 @@ def test_evidence_runs_canopy_and_matched_flat_then_tables_and_plot(tmp_path: Pa
         assert flat["evidence"]["budget_tokens"] == canopy["evidence"]["tokens"]
         assert 0 < flat["evidence"]["tokens"] <= canopy["evidence"]["tokens"]
 
-    from canopy_lit.eval.plots import plot_answer_recall_vs_tokens
-    from canopy_lit.eval.tables import find_runs, write_tables
+    from canopy_lit.report.plots import plot_answer_recall_vs_tokens
+    from canopy_lit.report.runs import find_runs
+    from canopy_lit.report.tables import write_tables
 
     found = find_runs([sweep])
     assert {r.mode for r in found} == {"evidence"}

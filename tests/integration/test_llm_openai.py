@@ -95,13 +95,14 @@ def test_batch_runs_concurrently_but_bounded(proxy) -> None:
     out = llm.chat_batch(prompts, max_tokens=2, role="reader")
     assert len(out) == 5 and all(r.completion_tokens > 0 for r in out)
     assert proxy.max_in_flight == 2  # > 1: concurrent; <= max_concurrency: bounded
+    assert set(proxy.auth) == {None}  # no key configured: no Authorization header at all
     assert llm.log.summary()["calls"] == 5
 
 
 def test_transient_503_is_retried(smollm2_llm) -> None:
     flaky = _Proxy(smollm2_llm.base_url, fail_first=2)
     try:
-        llm = OpenAILLM("smollm2", base_url=flaky.url + "/v1", api_key_env=None, max_retries=3, backoff=0.05)
+        llm = OpenAILLM("smollm2", base_url=flaky.url + "/v1", api_key_env=None, max_retries=3)
         r = llm.chat([user("Hi")], max_tokens=2)
         assert r.completion_tokens > 0 and flaky.requests == 3
     finally:
@@ -144,7 +145,7 @@ class _BadServer:
 def test_dead_server_ends_in_clear_error_not_a_hang(mode: str, error: str) -> None:
     bad = _BadServer(mode)
     try:
-        llm = OpenAILLM("m", base_url=bad.url, api_key_env=None, timeout=0.5, max_retries=2, backoff=0.05)
+        llm = OpenAILLM("m", base_url=bad.url, api_key_env=None, timeout=0.5, max_retries=2)
         t0 = time.perf_counter()
         with pytest.raises(LLMError, match=f"failed after 3 attempt\\(s\\): {error}"):
             llm.chat([user("Hi")], max_tokens=2)

@@ -19,10 +19,10 @@ from canopy_lit.data import (
     load_benchmark,
     load_split,
     split_questions,
-    training_instances,
 )
 from canopy_lit.data.readers._gold import find_span, leaves_of
 from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.supervision import training_instances
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -146,7 +146,7 @@ def test_vragbench_fixture_over_bundled_videos(data_dir) -> None:
     assert gold["handwritten-absent-with-duration"] == {"vragbench:not_bundled": [3, 4]}
     assert gold["handwritten-absent-no-duration"] == {}
     assert bench.skipped["missing_video"] == 1
-    inst = training_instances(bench)
+    inst = training_instances(bench.questions, bench.items, Hierarchy(2))
     assert {x.question_id for x in inst} == {"handwritten-vtest-lawn", "handwritten-absent-with-duration"}
 
 
@@ -193,7 +193,7 @@ def test_splits_of_bundled_data_are_disjoint_by_document(bundled, name) -> None:
 def test_instances_are_the_same_for_trees_built_at_any_b_from_the_same_leaves(bundled) -> None:
     bench = bundled("hotpotqa")
     for b in (2, 3):
-        inst = training_instances(bench, bench.questions[:20], Hierarchy(b))
+        inst = training_instances(bench.questions[:20], bench.items, Hierarchy(b))
         assert inst and all(x.tree.branching == b for x in inst)
 
 

@@ -59,7 +59,7 @@ def recomp_cfg(adapter: Path, tmp: Path, *extra: str):
                 "data.split=test",
                 "llm=llamacpp_smollm2",
                 "llm.n_threads=1",
-                "retrieval.scope=candidates",
+                "retriever=candidates",
                 "retrieval.k=5",
                 f"encoder.adapter={adapter}",
                 f"retrieval.node_cache_dir={tmp / 'nodes'}",

@@ -94,7 +94,7 @@ def retriever(slice_, encoder, interrupted_then_resumed):
     store, _ = slice_
     ids, vecs = load_shards(interrupted_then_resumed[0], order=store.ids)
     index = FaissIndex.build(ids, vecs, groups=store.modalities.tolist())
-    return FaissRetriever(index, store, encoder, k=10)
+    return FaissRetriever(index, store, encoder)
 
 
 def test_retrieves_supporting_paragraphs(slice_, retriever) -> None:
@@ -116,8 +116,6 @@ def test_exclude_and_routing(slice_, retriever) -> None:
     res = retriever.retrieve(q, k=10, exclude=held)
     assert len(res) == 10 and not held & set(res.ids)
     assert res.ids[:7] == top.ids[3:]  # same ranking, held items skipped
-    # exclude_seen=False (paper): a follow-up round may return held items again.
-    assert retriever.retrieve_round(q, held).ids == top.ids
 
     class TableRouter:
         def route(self, query: str) -> list[str]:
@@ -167,8 +165,8 @@ def test_evaluate_retrieval_metrics_keys(slice_, retriever, tmp_path) -> None:
     _, questions = slice_
     cfg = OmegaConf.create(
         {
-            # pipeline-side keys (scope, node_cache_dir) share the group and must be ignored here
-            "retrieval": {"k": 10, "index": "flat_sq_fp16", "scope": "corpus", "node_cache_dir": "x"},
+            # the loop's and the pipeline's keys (k, node_cache_dir) share the group and must be ignored here
+            "retrieval": {"k": 10, "index": "flat_sq_fp16", "scope": None, "node_cache_dir": "x"},
             "retrieval_eval": {"benchmarks": ["hotpotqa"], "ks": [1, 5, 10], "split": "test"},
             "limit": len(questions),
         }

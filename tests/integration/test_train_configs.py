@@ -107,7 +107,7 @@ def test_main_returns_validation_not_test_score(monkeypatch: pytest.MonkeyPatch)
     import train as train_mod
 
     fake = {"test/decision_accuracy": 0.9, "val/decision_accuracy": 0.4, "val/best_decision_accuracy": 0.5}
-    monkeypatch.setattr(train_mod, "train", lambda cfg: fake)
+    monkeypatch.setattr(train_mod, "run", lambda cfg: fake)
     assert train_mod.main.__wrapped__(None) == 0.5
 
 
@@ -120,7 +120,7 @@ def test_wandb_run_names_differ_per_override_set() -> None:
 
 
 def test_debug_fdr_runs_end_to_end(tmp_path: Path) -> None:
-    from train import train
+    from canopy_lit.train import run as train
 
     cfg = _compose(["experiment=quickstart", "debug=fdr", "datamodule.batch_size=4", "encoder.max_seq_length=64", *SMALL], tmp_path)
     metrics = train(cfg)
@@ -139,7 +139,7 @@ def test_sweep_file_passes_hydra_overrides() -> None:
 
 
 def test_quickstart_runs_into_tmp_path(tmp_path: Path) -> None:
-    from train import train
+    from canopy_lit.train import run as train
 
     cfg = _compose(
         [

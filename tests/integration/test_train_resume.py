@@ -107,7 +107,7 @@ def test_killed_and_resumed_run_matches_uninterrupted(tmp_path: Path) -> None:
 
 def test_resume_last_without_checkpoint_says_so(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     sys.path.insert(0, str(ROOT))
-    from train import _resolve_ckpt
+    from canopy_lit.train import _resolve_ckpt
 
     with caplog.at_level("WARNING", logger="train"):
         assert _resolve_ckpt("last", tmp_path) is None

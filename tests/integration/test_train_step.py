@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from canopy_lit.data import load_benchmark, split_questions, training_instances
+from canopy_lit.data import load_benchmark, split_questions
 from canopy_lit.data.datamodule import PreferenceDataModule
 from canopy_lit.encoders import load_encoder
+from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.supervision import training_instances
 from canopy_lit.training import NodeEncoderModule
 
 
@@ -15,7 +17,7 @@ from canopy_lit.training import NodeEncoderModule
 def setup():
     torch.manual_seed(0)
     bench = load_benchmark("hotpotqa")
-    insts = training_instances(bench, split_questions(bench, "train")[:6])
+    insts = training_instances(split_questions(bench, "train")[:6], bench.items, Hierarchy(2))
     dm = PreferenceDataModule.from_instances({"train": insts}, ["hotpotqa"], batch_size=8)
     enc = load_encoder("minilm", max_seq_length=64)
     module = NodeEncoderModule(enc, lr=1e-3, lora_target_modules=["query", "value"])
@@ -68,3 +70,29 @@ def test_checkpoint_keeps_adapter_only(setup) -> None:
     module.on_save_checkpoint(ckpt)
     assert ckpt["state_dict"] and all("lora_" in k for k in ckpt["state_dict"])
     assert ckpt["encoder_fingerprint"] == module.encoder.fingerprint
+
+
+def test_stop_weight_reweights_stop_instances_in_the_training_loss(setup) -> None:
+    """model.stop_weight = w: the step's loss is the weighted mean with stop instances counted w times."""
+    from canopy_lit.training import pairwise_ranking_loss
+
+    module, batch = setup
+    batch = dict(batch)
+    batch["stop"] = torch.zeros(len(batch["query_index"]), dtype=torch.bool)
+    batch["stop"][0] = True  # mark one instance as a stop decision
+    module.eval()
+    logged: dict[str, torch.Tensor] = {}
+    module.log = lambda name, value, **kw: logged.setdefault(name, value)  # no Trainer attached
+    with torch.no_grad():
+        win, lose = module.pair_scores(batch)
+        per = pairwise_ranking_loss(win, lose, batch["mask"], reduction="none")
+        module.hparams.stop_weight = 4.0
+        weighted = module.training_step(batch, 0)
+        module.hparams.stop_weight = 1.0
+        plain = module.training_step(batch, 0)
+    w = 1.0 + 3.0 * batch["stop"].float()
+    assert torch.allclose(weighted, (per * w).sum() / w.sum(), atol=1e-6)
+    assert torch.allclose(plain, per.mean(), atol=1e-6)
+    assert not torch.allclose(weighted, plain)
+    with pytest.raises(ValueError, match="stop_weight"):
+        NodeEncoderModule(module.encoder, stop_weight=0.0)

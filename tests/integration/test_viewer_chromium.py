@@ -13,7 +13,8 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from runfolders import make_qa_run  # noqa: E402
 
-from canopy_lit.eval.viewer import build_viewer, headless, screenshot  # noqa: E402
+from canopy_lit.report.browser import headless, screenshot  # noqa: E402
+from canopy_lit.report.viewer import build_viewer  # noqa: E402
 
 pytestmark = [
     pytest.mark.slow,

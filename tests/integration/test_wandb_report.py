@@ -11,10 +11,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from runfolders import make_multirun  # noqa: E402
 
-from canopy_lit.eval.tables import find_runs  # noqa: E402
-from canopy_lit.eval.wandb_report import log_eval_run, log_report, wandb_kwargs  # noqa: E402
-
 pytest.importorskip("wandb")
+
+from canopy_lit.report.plots import make_all  # noqa: E402
+from canopy_lit.report.runs import find_runs  # noqa: E402
+from canopy_lit.report.wandb import log_eval_run, log_report, wandb_kwargs  # noqa: E402
 
 
 @pytest.fixture
@@ -32,8 +33,6 @@ def test_report_logs_tables_plots_and_metrics_offline(offline: Path) -> None:
         study="k",
     )
     runs = find_runs([parent])
-    from canopy_lit.eval.plots import make_all
-
     images = make_all(runs, offline / "img")
     run_dir = Path(log_report(runs, images, project="canopy-lit-test", dir=offline))
     files = {p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*") if p.is_file()}

@@ -111,7 +111,7 @@ def test_recomp_config_is_the_extractive_selector_without_aggregation() -> None:
     GlobalHydra.instance().clear()
     assert cfg.refine._target_ == "canopy_lit.pipeline.extractive.ExtractiveRefiner"
     assert cfg.refine.scorer == "f0" and cfg.refine.m == 5
-    assert cfg.loop.aggregation_check is False and cfg.method.controller == "none" and cfg.loop.max_rounds == 1
+    assert cfg.loop.aggregation_check is False and cfg.controller._target_.endswith(".no_controller") and cfg.loop.max_rounds == 1
 
 
 def test_tables_state_each_rows_scorer_and_label_universalrag_as_modality_routing_only(tmp_path) -> None:
@@ -119,7 +119,8 @@ def test_tables_state_each_rows_scorer_and_label_universalrag_as_modality_routin
     import yaml
     from runfolders import make_qa_run
 
-    from canopy_lit.eval.tables import find_runs, render_study, split_settings
+    from canopy_lit.report.runs import find_runs
+    from canopy_lit.report.tables import render_study, split_settings
 
     def run(method: str, refine: str, rounds: int, **config) -> None:
         d = make_qa_run(tmp_path / method, "hotpotqa", 2, method=method, refine=refine, max_rounds=rounds, study="main")

@@ -15,6 +15,7 @@ from hydra.utils import instantiate  # noqa: E402
 from canopy_lit.retrieval import bm25 as bm25_mod  # noqa: E402
 from canopy_lit.retrieval.bm25 import BM25Retriever, BM25Settings, build_bm25_retriever, item_text  # noqa: E402
 from canopy_lit.retrieval.corpus import render_item  # noqa: E402
+from canopy_lit.schema import PIPELINE_RETRIEVAL_KEYS
 from canopy_lit.types import Item  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -53,21 +54,18 @@ def test_indexes_the_rendered_root_text(dev_slice) -> None:
 
 def test_retrieve_interface_and_exclude(dev_slice) -> None:
     items, questions = dev_slice
-    r = BM25Retriever.from_items(items, k=4)
+    r = BM25Retriever.from_items(items)
     q = questions[0]
-    res = r.retrieve(q.text)
+    res = r.retrieve(q.text, 4)
     assert len(res) == 4 and res.query == q.text and all(isinstance(it, Item) for it in res)
     assert res.scores == sorted(res.scores, reverse=True) and res.scores[-1] > 0
     assert set(q.gold) & set(res.ids)  # a supporting paragraph in the top 4 of 51
     held = res.ids[:2]
-    again = r.retrieve(q.text, exclude=held)
+    again = r.retrieve(q.text, 4, exclude=held)
     assert not set(held) & set(again.ids) and len(again) == 4 and again.ids[:2] == res.ids[2:4]
-    assert r.retrieve_round(q.text, held).ids == res.ids  # exclude_seen off: the paper's behaviour
-    r.exclude_seen = True
-    assert r.retrieve_round(q.text, held).ids == again.ids
     batch = r.retrieve_batch([q.text, questions[1].text], k=3, exclude=[held, ()])
     assert batch[0].ids == again.ids[:3] and batch[1].ids == r.retrieve(questions[1].text, k=3).ids
-    assert r.retrieve("qqqzzz xyzzy").ids == []  # no shared term: nothing, not arbitrary items
+    assert r.retrieve("qqqzzz xyzzy", 4).ids == []  # no shared term: nothing, not arbitrary items
     assert r.stats["queries"] >= 6
 
 
@@ -135,27 +133,22 @@ def test_config_builds_the_retriever_and_candidate_ranking(hydra_ctx, tmp_path, 
     from canopy_lit.pipeline.build import build_retriever as pipeline_retriever
     from canopy_lit.pipeline.retrievers import CandidateRetriever
 
-    cfg = compose(
-        "evaluate",
-        overrides=[
-            "retrieval=bm25",
-            f"paths.root_dir={tmp_path}",
-            f"retrieval.cache_dir={tmp_path}",
-            "retrieval.benchmarks=[2wikimultihopqa]",
-            f"+retrieval.benchmark_options={{2wikimultihopqa: {{path: '{FIXTURE_2WIKI}'}}}}",
-        ],
-    )
+    overrides = [
+        "retrieval=bm25",
+        f"paths.root_dir={tmp_path}",
+        f"retrieval.cache_dir={tmp_path}",
+        "retrieval.benchmarks=[2wikimultihopqa]",
+        f"+retrieval.benchmark_options={{2wikimultihopqa: {{path: '{FIXTURE_2WIKI}'}}}}",
+    ]
+    cfg = compose("evaluate", overrides=[*overrides, "retriever=corpus"])
     assert cfg.retrieval.k1 == 1.5 and cfg.retrieval.candidate_ranking == "bm25"
-    cfg.retrieval.scope = "corpus"
     corpus_side = pipeline_retriever(cfg, hotpot, None, Hierarchy(), llm=None)
-    assert isinstance(corpus_side.retriever, BM25Retriever) and len(corpus_side.retriever.corpus) == 30
-    cfg.retrieval.scope = "candidates"
+    assert isinstance(corpus_side, BM25Retriever) and len(corpus_side.corpus) == 30
+    cfg = compose("evaluate", overrides=[*overrides, "retriever=candidates"])
     cand = pipeline_retriever(cfg, hotpot, None, Hierarchy(), llm=None)
     assert isinstance(cand, CandidateRetriever) and cand.ranking == "bm25"
     q = next(q for q in hotpot.questions if q.meta.get("split") == "test")
     top = cand.retrieve(q.text, 3, (), q)  # no encoder needed for BM25
     assert len(top) == 3 and {it.id for it in top} <= set(hotpot.candidates[q.id])
-    partial = instantiate(
-        {k: v for k, v in cfg.retrieval.items() if k not in ("scope", "node_cache_dir", "candidate_ranking")}
-    )
+    partial = instantiate({k: v for k, v in cfg.retrieval.items() if k not in PIPELINE_RETRIEVAL_KEYS})
     assert isinstance(partial(encoder=None, router=None), BM25Retriever)

@@ -92,7 +92,7 @@ def test_encoder_configs_load_on_the_host() -> None:
 
     for path in sorted((ROOT / "configs" / "encoder").glob("*.yaml")):
         assert yaml.safe_load(path.read_text()).get("device", "cpu") == "cpu", path.name
-    assert 'instantiate(cfg.encoder, device="cpu")' in (ROOT / "train.py").read_text()
+    assert 'instantiate(cfg.encoder, device="cpu")' in (ROOT / "canopy_lit" / "train.py").read_text()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -241,7 +241,7 @@ def test_evidence_configs_compose() -> None:
             cfg = compose(
                 "evaluate", overrides=["+ablation=evidence", f"variant={variant}", "evidence.tokenizer=tok"]
             )
-            assert cfg.mode == "evidence" and cfg.retrieval.scope == "candidates" and cfg.loop.max_rounds == 1
+            assert cfg.mode == "evidence" and cfg.retriever.name == "candidates" and cfg.loop.max_rounds == 1
             assert cfg.refine._target_.endswith(target)
             if variant == "flat_matched":
                 assert cfg.refine.tokenizer == "tok"

@@ -77,11 +77,11 @@ def sides(pool, encoder):
 
 def test_hybrid_fuses_the_two_rankings(pool, sides) -> None:
     items, questions = pool
-    hybrid = HybridRetriever(sides, rrf_k=60, depth=20, k=5)
+    hybrid = HybridRetriever(sides, rrf_k=60, depth=20)
     for q in questions:
         dense = sides["dense"].retrieve(q.text, 20).ids
         sparse = sides["bm25"].retrieve(q.text, 20).ids
-        res = hybrid.retrieve(q.text)
+        res = hybrid.retrieve(q.text, 5)
         expected = [i for i, _ in reciprocal_rank_fusion([dense, sparse], rrf_k=60)[:5]]
         assert res.ids == expected and len(res) == 5
         assert res.scores == sorted(res.scores, reverse=True)
@@ -89,22 +89,19 @@ def test_hybrid_fuses_the_two_rankings(pool, sides) -> None:
         if dense[0] == sparse[0]:
             assert res.ids[0] == dense[0]
     # one side weighted to zero reproduces the other side's order
-    only_bm25 = HybridRetriever(sides, {"dense": 0.0}, depth=20, k=5)
-    assert only_bm25.retrieve(questions[0].text).ids == sides["bm25"].retrieve(questions[0].text, 5).ids
+    only_bm25 = HybridRetriever(sides, {"dense": 0.0}, depth=20)
+    assert only_bm25.retrieve(questions[0].text, 5).ids == sides["bm25"].retrieve(questions[0].text, 5).ids
     assert hybrid.corpus is sides["dense"].corpus
 
 
-def test_hybrid_exclude_and_round(pool, sides) -> None:
+def test_hybrid_exclude(pool, sides) -> None:
     _, questions = pool
-    hybrid = HybridRetriever(sides, depth=20, k=4)
+    hybrid = HybridRetriever(sides, depth=20)
     q = questions[1].text
-    first = hybrid.retrieve(q)
+    first = hybrid.retrieve(q, 4)
     held = first.ids[:2]
-    again = hybrid.retrieve(q, exclude=held)
+    again = hybrid.retrieve(q, 4, exclude=held)
     assert not set(held) & set(again.ids) and len(again) == 4
-    assert hybrid.retrieve_round(q, held).ids == first.ids
-    hybrid.exclude_seen = True
-    assert hybrid.retrieve_round(q, held).ids == again.ids
     with pytest.raises(ValueError, match="weights names"):
         HybridRetriever(sides, {"splade": 1.0})
 
@@ -112,12 +109,12 @@ def test_hybrid_exclude_and_round(pool, sides) -> None:
 def test_build_hybrid_retriever_end_to_end(tmp_path, encoder) -> None:
     """Both sides built (and cached) over one corpus file: 30 paragraphs of the 2Wiki-layout fixture."""
     opts = {"2wikimultihopqa": {"path": str(FIXTURE_2WIKI)}}
-    kw = {"benchmarks": ["2wikimultihopqa"], "cache_dir": tmp_path, "benchmark_options": opts, "k": 3}
+    kw = {"benchmarks": ["2wikimultihopqa"], "cache_dir": tmp_path, "benchmark_options": opts}
     hybrid = build_hybrid_retriever(encoder, **kw, index="flat", weights={"bm25": 2.0}, bm25={"k1": 1.2})
     assert set(hybrid.retrievers) == {"dense", "bm25"} and hybrid.weights == {"bm25": 2.0}
     assert hybrid.retrievers["dense"].corpus.path == hybrid.retrievers["bm25"].corpus.path  # one corpus file
     assert hybrid.retrievers["bm25"].index.k1 == 1.2 and hybrid.retrievers["dense"].index.kind == "flat"
-    res = hybrid.retrieve("If Gallu is a demon Lilu is what?")
+    res = hybrid.retrieve("If Gallu is a demon Lilu is what?", 3)
     assert len(res) == 3 and any("Lilu" in (it.title or "") for it in res)
     assert len(list(tmp_path.glob("bm25-*"))) == 1 and len(list(tmp_path.glob("index-*"))) == 1
 
@@ -143,7 +140,7 @@ def test_evidence_grid_ranks_candidates_by_the_chosen_retriever(
     from hydra import compose
 
     from canopy_lit.eval.evidence import CachedCandidateRetriever
-    from canopy_lit.eval.tables import _retriever
+    from canopy_lit.eval.records import retriever_name
     from canopy_lit.hierarchy import Hierarchy
     from canopy_lit.pipeline.build import build_retriever
     from canopy_lit.retrieval import NodeEmbeddingCache
@@ -157,9 +154,9 @@ def test_evidence_grid_ranks_candidates_by_the_chosen_retriever(
             f"paths.root_dir={tmp_path}",
         ],
     )
-    assert cfg.mode == "evidence" and cfg.retrieval.scope == "candidates"
+    assert cfg.mode == "evidence" and cfg.retriever.name == "candidates"
     expected = {"default": "dense", "bm25": "bm25", "hybrid": "hybrid"}[choice]
-    assert _retriever(cfg) == expected  # the tables' row label
+    assert retriever_name(cfg) == expected  # the tables' row label
     bench = hotpot
     base = build_retriever(cfg, bench, encoder, Hierarchy(), None)
     cached = CachedCandidateRetriever(base, NodeEmbeddingCache(encoder, Hierarchy(), cache_dir=None))

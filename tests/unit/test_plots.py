@@ -9,16 +9,14 @@ import pytest
 from matplotlib.image import imread
 from runfolders import make_multirun
 
-from canopy_lit.eval.plots import (
+from canopy_lit.report.decisions import run_decisions, tree_decisions, tree_shape
+from canopy_lit.report.plots import (
     make_all,
     plot_decisions_by_modality,
     plot_probe_depth_accuracy,
     plot_root_relative_scores,
-    run_decisions,
-    tree_decisions,
-    tree_shape,
 )
-from canopy_lit.eval.tables import find_runs
+from canopy_lit.report.runs import find_runs
 
 
 def test_tree_decisions_by_hand() -> None:

@@ -43,7 +43,7 @@ def test_universalrag_config_builds_a_restricted_llm_router(monkeypatch) -> None
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from canopy_lit.pipeline import build
+    from canopy_lit.pipeline import build, retrievers
     from canopy_lit.retrieval.retriever import FaissRetriever
 
     class TextTableIndex:
@@ -54,25 +54,30 @@ def test_universalrag_config_builds_a_restricted_llm_router(monkeypatch) -> None
     with initialize_config_dir(config_dir=str(configs), version_base="1.3"):
         cfg = compose("evaluate", overrides=["method=universalrag", "paths.root_dir=/tmp/canopy-lit-test"])
     GlobalHydra.instance().clear()
+    assert cfg.retriever.name == "corpus"
     seen: dict = {}
 
-    def fake_instantiate(kwargs: dict):  # stands in for build_retriever: no corpus, no encoder
+    def fake_instantiate(kwargs: dict):  # stands in for the index builder: no corpus, no encoder
         seen.update(kwargs)
         return lambda encoder, router: FaissRetriever(TextTableIndex(), None, encoder, router=router)
 
-    monkeypatch.setattr(build, "instantiate", fake_instantiate)
+    monkeypatch.setattr(retrievers, "instantiate", fake_instantiate)
     llm = FakeScriptedLLM('{"label": "table"}')
-    retriever = build.build_retriever(cfg, None, None, None, llm).retriever
+    retriever = build.build_retriever(cfg, None, None, None, llm)
     assert seen["routing"] is True
+    # the loop's keys never reach the index builder: the loop passes k and exclude_seen every round
+    assert not {"k", "exclude_seen", "scope", "node_cache_dir"} & set(seen)
     assert isinstance(retriever.router, LLMModalityRouter) and retriever.router.modalities == ("text", "table")
     assert retriever._route("how many goals?") == ["table"] and "video" not in llm.prompts[-1]
 
 
 @pytest.mark.parametrize("scope", ["candidates", "benchmark", "nowhere"])
-def test_retrieval_scopes_choose_the_candidate_pool(scope: str) -> None:
-    """``candidates``: each question's own items; ``benchmark``: every item of the file; others: a clear error."""
+def test_retriever_options_choose_the_candidate_pool(scope: str) -> None:
+    """``retriever=candidates``: each question's own items; ``benchmark``: every item of the file;
+    any other pool: a clear error."""
     from types import SimpleNamespace
 
+    import yaml
     from omegaconf import OmegaConf
 
     from canopy_lit.pipeline import build
@@ -83,9 +88,13 @@ def test_retrieval_scopes_choose_the_candidate_pool(scope: str) -> None:
         candidates={"q1": ["a"], "q2": ["b", "c"]},
         questions=[SimpleNamespace(id="q1"), SimpleNamespace(id="q2")],
     )
-    cfg = OmegaConf.create({"retrieval": {"scope": scope, "k": 5}, "loop": {"max_rounds": 3}})
+    configs = Path(__file__).resolve().parents[2] / "configs" / "retriever"
+    option = yaml.safe_load((configs / f"{'candidates' if scope == 'nowhere' else scope}.yaml").read_text())
     if scope == "nowhere":
-        with pytest.raises(ValueError, match="retrieval.scope"):
+        option["pool"] = scope
+    cfg = OmegaConf.create({"retrieval": {"k": 5}, "retriever": option, "loop": {"max_rounds": 3}})
+    if scope == "nowhere":
+        with pytest.raises(ValueError, match="retriever.pool"):
             build.build_retriever(cfg, bench, None, None, None)
         return
     pool = build.build_retriever(cfg, bench, None, None, None).candidates

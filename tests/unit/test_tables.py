@@ -11,8 +11,11 @@ from pathlib import Path
 import pytest
 from runfolders import ROOT, make_multirun, make_qa_run
 
-from canopy_lit.eval import tables
-from canopy_lit.eval.tables import find_runs, load_run, qa_rows, render_study, split_settings, write_tables
+from canopy_lit.eval.records import adapter_axes
+from canopy_lit.report import tables
+from canopy_lit.report.__main__ import main as report_main
+from canopy_lit.report.runs import find_runs, load_run
+from canopy_lit.report.tables import qa_rows, render_study, split_settings, write_tables
 
 sys.path.insert(0, str(ROOT / "experiments"))
 import refresh  # noqa: E402
@@ -112,13 +115,13 @@ def test_adapter_is_printed_relative_to_outputs_with_its_hash(tmp_path: Path) ->
     adapter = tmp_path / "machine" / "outputs" / "quickstart" / "train" / "adapter"
     adapter.mkdir(parents=True)
     (adapter / "encoder_fingerprint.json").write_text(json.dumps({"adapter_hash": "0123456789abcdef"}))
-    label = tables._adapter({"encoder": {"adapter": str(adapter)}})
-    assert label == "outputs/quickstart/train/adapter (adapter 0123456789ab)"
+    label = adapter_axes({"encoder": {"adapter": str(adapter)}})
+    assert label == ("outputs/quickstart/train/adapter", "0123456789abcdef")
     # relative paths resolve against the run's project root to find the fingerprint
     cfg = {"encoder": {"adapter": "outputs/quickstart/train/adapter"}, "paths": {"root_dir": str(tmp_path / "machine")}}
-    assert tables._adapter(cfg) == label
-    assert tables._adapter({"encoder": {"adapter": "/elsewhere/my_lora"}}) == "my_lora"  # outside outputs: its name
-    assert tables._adapter({"encoder": {"adapter": None}}) is None
+    assert adapter_axes(cfg) == label
+    assert adapter_axes({"encoder": {"adapter": "/elsewhere/my_lora"}}) == ("my_lora", None)  # outside outputs: its name
+    assert adapter_axes({"encoder": {"adapter": None}}) == (None, None)
     make_qa_run(tmp_path / "run", "hotpotqa", 2, method="canopy", adapter=str(adapter))
     md = render_study("runs", find_runs([tmp_path / "run"]))
     assert "adapter = outputs/quickstart/train/adapter (adapter 0123456789ab);" in md and str(tmp_path) not in md
@@ -157,12 +160,12 @@ def test_bad_inputs_name_the_file(tmp_path: Path, capsys) -> None:
     (bad / "metrics.json").write_text("{not json")
     with pytest.raises(ValueError, match=r"bad/metrics.json"):
         load_run(bad)
-    assert tables.main([str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
+    assert report_main(["tables", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
     assert "missing: no such run folder" in capsys.readouterr().err
 
 
 def test_cli_writes_tables_and_plots(studies: Path, tmp_path: Path) -> None:
-    assert tables.main([str(studies / "k"), "--out", str(tmp_path), "--plots"]) == 0
+    assert report_main(["tables", str(studies / "k"), "--out", str(tmp_path), "--plots"]) == 0
     assert (tmp_path / "k.md").is_file() and (tmp_path / "k_wide.csv").is_file()
     assert (tmp_path / "quality_vs_tokens.png").stat().st_size > 10_000
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from runfolders import bench, make_qa_run
 
-from canopy_lit.eval import viewer
-from canopy_lit.eval.viewer import build_viewer
 from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.report.__main__ import main as report_main
+from canopy_lit.report.viewer import build_viewer
 
 
 class Spans(HTMLParser):
@@ -109,7 +109,7 @@ def test_missing_data_file_still_renders_ranges(run: Path, tmp_path: Path) -> No
 
 
 def test_cli_errors_and_output(run: Path, tmp_path: Path, capsys) -> None:
-    assert viewer.main([str(tmp_path)]) == 2
+    assert report_main(["view", str(tmp_path)]) == 2
     assert "no predictions.jsonl" in capsys.readouterr().err
-    assert viewer.main([str(run), "--out", str(tmp_path / "v"), "--limit", "2"]) == 0
+    assert report_main(["view", str(run), "--out", str(tmp_path / "v"), "--limit", "2"]) == 0
     assert (tmp_path / "v" / "index.html").read_text().count('<details class="q"') == 2

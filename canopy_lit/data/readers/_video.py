@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from canopy_lit.data.benchmark import Benchmark
+from canopy_lit.data.base import Benchmark
 from canopy_lit.data.readers._gold import clip_leaves, leaves_of
 from canopy_lit.data.readers._io import iter_records, record_guard
 from canopy_lit.hierarchy import video_duration

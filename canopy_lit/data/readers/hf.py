@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from canopy_lit.data.benchmark import Benchmark
+from canopy_lit.data.base import Benchmark
 from canopy_lit.data.readers import hotpotqa
 from canopy_lit.data.readers._gold import locate_sentences
 from canopy_lit.data.readers._io import DataFormatError, record_guard, require

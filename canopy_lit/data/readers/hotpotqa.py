@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from canopy_lit.data.benchmark import Benchmark
+from canopy_lit.data.base import Benchmark
 from canopy_lit.data.readers._io import DataFormatError, iter_records, record_guard, require
 from canopy_lit.types import Item, Modality, Question
 

@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from canopy_lit.data.benchmark import Benchmark
+from canopy_lit.data.base import Benchmark
 from canopy_lit.data.readers._io import load_json, require
 from canopy_lit.data.readers._video import VideoQuestion, read_video_benchmark
 

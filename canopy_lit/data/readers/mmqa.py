@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from canopy_lit.data.benchmark import Benchmark
+from canopy_lit.data.base import Benchmark
 from canopy_lit.data.readers._gold import find_span, leaves_of, leaves_overlapping
 from canopy_lit.data.readers._io import iter_records, record_guard, require
 from canopy_lit.types import Item, Modality, Question, Table

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from canopy_lit.data.benchmark import Benchmark
+from canopy_lit.data.base import Benchmark
 from canopy_lit.data.readers._gold import locate_sentences
 from canopy_lit.data.readers._io import DataFormatError, iter_records, load_json, record_guard, require
 from canopy_lit.types import Item, Modality, Question, Table

@@ -26,7 +26,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from canopy_lit.data.benchmark import Benchmark
+from canopy_lit.data.base import Benchmark
 from canopy_lit.data.readers._gold import locate_sentences, numbers_in
 from canopy_lit.data.readers._io import iter_records, record_guard, require
 from canopy_lit.types import Item, Modality, Question, Table

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from canopy_lit.data.benchmark import Benchmark
+from canopy_lit.data.base import Benchmark
 from canopy_lit.data.readers._io import require
 from canopy_lit.data.readers._video import VideoQuestion, read_video_benchmark
 

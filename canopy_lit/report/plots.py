@@ -11,17 +11,17 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
 
-from canopy_lit.eval.tables import Run, _value, read_jsonl, split_settings
-from canopy_lit.types import Item, Leaf, Modality, Tree
+from canopy_lit.report.decisions import DECISIONS, run_decisions
+from canopy_lit.report.runs import Run, evidence_label, label_value, read_jsonl
+from canopy_lit.report.tables import split_settings
 
-DECISIONS = ("kept", "split", "dropped")
 COLORS = {"kept": "#2e7d32", "split": "#f9a825", "dropped": "#c62828", "f0": "#1f77b4", "fθ": "#d62728"}
 
 
@@ -32,7 +32,7 @@ def _save(fig: Figure, path: Path) -> Path:
 
 
 def _label(run: Run, axes: Sequence[str]) -> str:
-    extra = [f"{a}={_value(run.setting(a))}" for a in axes]
+    extra = [f"{a}={label_value(run.setting(a))}" for a in axes]
     return run.method + (f" ({', '.join(extra)})" if extra else "")
 
 
@@ -121,19 +121,17 @@ def plot_answer_recall_vs_tokens(runs: Sequence[Run], path: str | Path) -> Path 
     (refiner + scorer, plus any other varying setting) over k; error bars are the 95% bootstrap
     CIs of both quantities. Returns None when no evidence run reports answer recall.
     """
-    from canopy_lit.eval.tables import evidence_label
-
     ev = [r for r in runs if r.mode == "evidence" and r.metric("evidence/answer_recall") is not None]
     if not ev:
         return None
     axes = [a for a in split_settings(ev)[0] if a not in ("k", "B", "refine", "scorer")]
 
     def label(r: Run) -> str:
-        extra = [f"{a}={_value(r.setting(a))}" for a in axes]
+        extra = [f"{a}={label_value(r.setting(a))}" for a in axes]
         return evidence_label(r) + (f" ({', '.join(extra)})" if extra else "")
 
     benches = sorted({r.benchmark for r in ev})
-    bs = sorted({_value(r.setting("B")) for r in ev}, key=lambda b: (len(b), b))
+    bs = sorted({label_value(r.setting("B")) for r in ev}, key=lambda b: (len(b), b))
     systems = sorted({label(r) for r in ev})
     cmap = {s: f"C{i % 10}" for i, s in enumerate(systems)}
     fig = Figure(figsize=(4.8 * len(bs), 3.7 * len(benches)))
@@ -145,7 +143,7 @@ def plot_answer_recall_vs_tokens(runs: Sequence[Run], path: str | Path) -> Path 
                 pts = sorted(
                     (float(r.setting("k") or 0), r)
                     for r in ev
-                    if r.benchmark == b and _value(r.setting("B")) == bb and label(r) == s
+                    if r.benchmark == b and label_value(r.setting("B")) == bb and label(r) == s
                 )
                 if not pts:
                     continue
@@ -203,7 +201,7 @@ def plot_probe_depth_accuracy(runs: Sequence[Run], path: str | Path) -> Path | N
             )
             scorer = str(r.setting("scorer") or "?")
             total = r.metric("probe/decision_accuracy")
-            extra = ", ".join(f"{a}={_value(r.setting(a))}" for a in axes)
+            extra = ", ".join(f"{a}={label_value(r.setting(a))}" for a in axes)
             name = scorer + (f" ({extra})" if extra else "")
             if total is not None:
                 name += f": {100 * total:.1f}% overall"
@@ -219,60 +217,6 @@ def plot_probe_depth_accuracy(runs: Sequence[Run], path: str | Path) -> Path | N
     fig.suptitle("Refinement-decision accuracy per depth (every preference in P(v) holds)")
     fig.tight_layout()
     return _save(fig, Path(path))
-
-
-# --- keep / split / drop decisions ----------------------------------------------------------------
-
-
-def tree_shape(n_leaves: int, branching: int) -> Tree:
-    """The tree over ``n_leaves`` leaves with branching B: its shape depends on nothing else."""
-    return Tree(Item("shape", Modality.TEXT, text=""), [Leaf(i) for i in range(n_leaves)], branching)
-
-
-def tree_decisions(n_leaves: int, branching: int, leaf_ranges: Iterable[Sequence[int]]) -> Counter[str]:
-    """Counts of the refinement's decisions on one item, from its retained leaf ranges.
-
-    A visited node is *kept* (retained), *split* (an ancestor of a retained node: refinement
-    descended) or *dropped* (a child of a split node that is neither). Nodes below a dropped
-    or kept node were never visited. An item with nothing retained counts one dropped root.
-
-    Raises:
-        ValueError: a range that is no node of the tree (the run used another B).
-    """
-    tree = tree_shape(n_leaves, branching)
-    try:
-        kept = {tree.find(int(s), int(e)) for s, e in leaf_ranges}
-    except KeyError as err:
-        raise ValueError(f"leaf ranges do not match a B={branching} tree over {n_leaves} leaves: {err}") from err
-    split = {a for v in kept for a in tree.ancestors(v)}
-    out: Counter[str] = Counter()
-    if not kept:
-        out["dropped"] += 1
-        return out
-    for v in range(len(tree)):
-        if v in kept:
-            out["kept"] += 1
-        elif v in split:
-            out["split"] += 1
-        elif int(tree.parent[v]) in split:
-            out["dropped"] += 1
-    return out
-
-
-def run_decisions(run: Run) -> dict[str, Counter[str]]:
-    """Modality -> decision counts over every item of every round of a run's records."""
-    branching = int(run.setting("B") or 2)
-    out: dict[str, Counter[str]] = defaultdict(Counter)
-    for rec in run.records():
-        for rd in rec.get("rounds") or []:
-            for k in rd.get("kept") or []:
-                try:
-                    out[str(k.get("modality", "?"))].update(
-                        tree_decisions(int(k["n_leaves"]), branching, k.get("leaf_ranges") or [])
-                    )
-                except (KeyError, TypeError, ValueError):
-                    out[str(k.get("modality", "?"))]["unmatched"] += 1
-    return out
 
 
 def plot_decisions_by_modality(runs: Sequence[Run], path: str | Path) -> Path | None:

@@ -7,7 +7,7 @@ under ``dir/wandb/`` for a later ``wandb sync``; nothing here needs a network.
 Two entry points:
 
 - ``log_report(runs, images, ...)``: a study report (one W&B run) from run folders,
-  used by ``python -m canopy_lit.eval.tables ... --wandb-project P`` and ``experiments/refresh.py``;
+  used by ``python -m canopy_lit.report wandb RUN... --project P`` and ``experiments/refresh.py``;
 - ``log_eval_run(run_dir, logger_cfg)``: one evaluation run folder, for ``evaluate`` when a
   wandb logger is configured (``logger.wandb`` in the Hydra config, Lightning's
   ``WandbLogger`` keys: project, name, group, tags, save_dir, offline, entity).
@@ -20,7 +20,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from canopy_lit.eval.tables import Run, group_studies, load_run, study_rows
+from canopy_lit.report.plots import make_all
+from canopy_lit.report.runs import Run, group_studies, load_run
+from canopy_lit.report.tables import study_rows
 
 
 def _wandb() -> Any:
@@ -121,8 +123,6 @@ def log_eval_run(run_dir: str | Path, logger_cfg: Mapping[str, Any] | None, conf
     if kwargs is None:
         return None
     wandb = _wandb()
-    from canopy_lit.eval.plots import make_all
-
     rd = Path(run_dir)
     r = load_run(rd)
     kwargs.setdefault("name", rd.name)

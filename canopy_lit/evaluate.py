@@ -1,48 +1,46 @@
-"""``evaluate(cfg) -> metrics``: ``python evaluate.py`` (QA pipeline, refinement probe, evidence, retrieval).
+"""``run(cfg) -> metrics``: the library function behind ``python evaluate.py``.
 
-Thin and linear: read the benchmark split, build the configured stages, run every
-question durably, summarise. All stage choices come from the config groups.
+Thin and linear: validate the config, lock the run folder, run the configured mode, summarise.
+The mode (``mode: qa | probe | evidence | retrieval``) picks the runner from ``MODES``; in ``qa`` mode
+the method may name its own runner (``method.runner: dotted.path.to.run``, a function
+``run(cfg) -> dict[str, float]``; CARVE does), else the CANOPY evidence loop runs
+(``run_qa``). Every stage is built from its config group by ``canopy_lit.pipeline.build``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
-from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from hydra.utils import get_method, instantiate
+from omegaconf import DictConfig
 from rich.console import Console
+from rich.progress import track
 from rich.table import Table as RichTable
 
+from canopy_lit.eval.evidence import run_evidence
 from canopy_lit.eval.harness import RunFailed, notify, run_questions, write_run_outputs
-from canopy_lit.eval.records import RunLock
+from canopy_lit.eval.judge import judge_from_config, judge_run
+from canopy_lit.eval.probe import RefinementProbe, gold_questions
+from canopy_lit.eval.records import RunLock, write_run_axes
 from canopy_lit.eval.summary import markdown_table, summarize
 from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.pipeline.build import build_encoder, build_loop, load_questions
+from canopy_lit.pipeline.scoring import NodeScorer
 from canopy_lit.pipeline.trace import STAGES
+from canopy_lit.retrieval.evaluate import evaluate_retrieval
+from canopy_lit.schema import validate_eval_config
 
 log = logging.getLogger(__name__)
 
-
-def load_questions(cfg: DictConfig):
-    """The benchmark and the configured split of its questions (first ``limit`` of them)."""
-    from canopy_lit.data import load_split
-
-    bench, questions = load_split(**OmegaConf.to_container(cfg.data, resolve=True))
-    for line in bench.skip_messages():  # never silent: stderr, evaluate.log and metrics.json (data/skipped/*)
-        notify(line)
-    if cfg.get("limit"):
-        questions = questions[: int(cfg.limit)]
-    bench.require(questions, f"usable questions in split {cfg.data.get('split')!r}")
-    return bench, questions
+Runner = Callable[[DictConfig], dict[str, float]]
+QA_RUNNER = "canopy_lit.evaluate.run_qa"  # the default ``method.runner``
 
 
-def load_encoder_from_cfg(cfg: DictConfig):
-    from canopy_lit.encoders import load_encoder
-
-    enc = OmegaConf.to_container(cfg.encoder, resolve=True)
-    enc.pop("_target_", None)
-    return load_encoder(**enc)
+def output_dir(cfg: DictConfig) -> Path:
+    return Path(cfg.paths.output_dir)
 
 
 def _setting(cfg: DictConfig) -> str:
@@ -55,16 +53,13 @@ def _setting(cfg: DictConfig) -> str:
     )
 
 
-def run_probe(cfg: DictConfig, out_dir: Path) -> dict[str, float]:
-    from canopy_lit.eval.probe import RefinementProbe, gold_questions
-    from canopy_lit.pipeline.scoring import NodeScorer
-
-    bench, questions = load_questions(cfg)
+def run_probe(cfg: DictConfig) -> dict[str, float]:
+    """``mode: probe``: refinement decisions on each question's gold items and distractors (no LLM)."""
+    out_dir = output_dir(cfg)
+    bench, questions = load_questions(cfg, notify)
     bench.require(gold_questions(questions, bench.items), "questions with located gold evidence to probe")
     hierarchy: Hierarchy = instantiate(cfg.tree)
-    probe = RefinementProbe(hierarchy, NodeScorer(load_encoder_from_cfg(cfg), hierarchy))
-    from rich.progress import track
-
+    probe = RefinementProbe(hierarchy, NodeScorer(build_encoder(cfg), hierarchy))
     for q in track(questions, description="probe", disable=not cfg.get("progress", True)):
         probe.add(q, bench.items, bench.candidates.get(q.id, ()))
     metrics = {**probe.metrics(), **bench.skip_metrics()}
@@ -78,10 +73,10 @@ def run_probe(cfg: DictConfig, out_dir: Path) -> dict[str, float]:
     return metrics
 
 
-def run_qa(cfg: DictConfig, out_dir: Path) -> dict[str, float]:
-    from canopy_lit.pipeline.build import build_loop
-
-    bench, questions = load_questions(cfg)
+def run_qa(cfg: DictConfig) -> dict[str, float]:
+    """The CANOPY evidence loop (every method but CARVE): each question durably, then the summary."""
+    out_dir = output_dir(cfg)
+    bench, questions = load_questions(cfg, notify)
     loop = build_loop(cfg, bench)
     stopped: RunFailed | None = None
     try:
@@ -102,9 +97,36 @@ def run_qa(cfg: DictConfig, out_dir: Path) -> dict[str, float]:
     cols = ["eval/n", "eval/failed", "eval/em", "eval/f1", "eval/accuracy", "eval/evidence_tokens", "eval/llm_calls", "eval/rounds", "eval/followup_duplicate_rate", "eval/duplicate_rate_all_rounds", "eval/latency_s"]
     row = {"method": cfg.method.name, "benchmark": cfg.data.name, **{c: metrics.get(c) for c in cols}}
     write_run_outputs(out_dir, metrics, markdown_table([row], ["method", "benchmark", *[c for c in cols if c in metrics]], _setting(cfg)))
+    if stopped is None and (cfg.get("judge") or {}).get("enabled"):  # eval/judge into metrics.json (judge.py)
+        judged = judge_run(out_dir, judge_from_config(cfg, loop.llm), progress=bool(cfg.get("progress", True)))
+        metrics.update({k: v for k, v in judged.items() if k.startswith("eval/")})
     if stopped is not None:
         raise stopped
     return metrics
+
+
+def run_method(cfg: DictConfig) -> dict[str, float]:
+    """``mode: qa``: the method's own runner (``method.runner``), else the evidence loop."""
+    runner: Runner = get_method(str(cfg.method.get("runner") or QA_RUNNER))
+    return runner(cfg)
+
+
+def run_evidence_mode(cfg: DictConfig) -> dict[str, float]:
+    """``mode: evidence``: the QA stages for one round, no LLM (``canopy_lit.eval.evidence``)."""
+    return run_evidence(cfg, output_dir(cfg))
+
+
+def run_retrieval(cfg: DictConfig) -> dict[str, float]:
+    """``mode: retrieval``: recall@k of the bundled benchmarks over their union corpus."""
+    return evaluate_retrieval(cfg, out_dir=output_dir(cfg))
+
+
+MODES: dict[str, Runner] = {
+    "qa": run_method,
+    "probe": run_probe,
+    "evidence": run_evidence_mode,
+    "retrieval": run_retrieval,
+}
 
 
 def print_summary(metrics: dict[str, float], console: Console | None = None) -> None:
@@ -129,7 +151,7 @@ def print_summary(metrics: dict[str, float], console: Console | None = None) -> 
         console.print(stages)
 
 
-def evaluate(cfg: DictConfig) -> dict[str, float]:
+def run(cfg: DictConfig) -> dict[str, float]:
     """Run the configured evaluation into ``cfg.paths.output_dir``; return its flat metrics.
 
     Raises:
@@ -137,36 +159,11 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
             evaluation holds the run folder. RunFailed: the LLM backend kept failing (metrics written).
         DataFormatError: unreadable data, or no usable question (names the file).
     """
-    from canopy_lit.schema import validate_eval_config
-
     validate_eval_config(cfg)
-    out_dir = Path(cfg.paths.output_dir)
-    with RunLock(out_dir):  # a second evaluation into this folder must not redo (and double) every question
-        return _evaluate(cfg, out_dir)
-
-
-def _evaluate(cfg: DictConfig, out_dir: Path) -> dict[str, float]:
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per local tokenize call otherwise
-    mode = cfg.get("mode", "qa")
-    if mode == "retrieval":
-        from canopy_lit.retrieval import evaluate_retrieval
-
-        metrics = evaluate_retrieval(cfg, out_dir=out_dir)
-    elif mode == "probe":
-        metrics = run_probe(cfg, out_dir)
-    elif mode == "evidence":
-        from canopy_lit.eval.evidence import run_evidence  # the QA stages, one round, no LLM
-
-        metrics = run_evidence(cfg, out_dir)
-    elif mode == "qa" and cfg.method.name == "carve":
-        from canopy_lit.carve import evaluate_carve  # CARVE has its own two-stage video pipeline
-
-        metrics = evaluate_carve(cfg)
-    elif mode == "qa":
-        metrics = run_qa(cfg, out_dir)
-    else:
-        raise ValueError(f"unknown mode {mode!r}: expected qa | probe | evidence | retrieval")
-    if cfg.get("progress", True):
-        print_summary(metrics)
+    with RunLock(output_dir(cfg)):  # a second evaluation into this folder must not redo (and double) every question
+        write_run_axes(output_dir(cfg), cfg)  # run.json: the ablation axes that reports read
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per local tokenize call otherwise
+        metrics = MODES[str(cfg.get("mode", "qa"))](cfg)  # the schema admits only these modes
+        if cfg.get("progress", True):
+            print_summary(metrics)
     return metrics
-

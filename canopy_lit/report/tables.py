@@ -1,8 +1,8 @@
-"""Study tables from run folders: ``python -m canopy_lit.eval.tables RUN_DIR... --out DIR``.
+"""Study tables from run folders: ``python -m canopy_lit.report tables RUN_DIR... --out DIR``.
 
-Every number comes from a run folder (``metrics.json`` + ``.hydra/config.yaml``), never
-from a hand-typed value. Runs are grouped into *studies* (the ``study`` key that
-``configs/ablation/*.yaml`` sets, else the multirun folder's name); each study gets
+Every number comes from a run folder (``metrics.json`` + ``run.json``), never from a hand-typed
+value. Runs are grouped into *studies* (the ``study`` key that ``configs/ablation/*.yaml`` sets,
+else the multirun folder's name); each study gets
 
 - ``<study>.md``: the fixed setting (what every run shares), a systems x benchmarks
   table (quality, tokens, calls, rounds, averaged over benchmarks), and a per-run table
@@ -16,360 +16,51 @@ method (vanilla is R = 1) is left to the method's config.
 
 from __future__ import annotations
 
-import argparse
 import csv
-import json
-import logging
 import math
 import re
-import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
-log = logging.getLogger(__name__)
-
-FINGERPRINT_FILE = "encoder_fingerprint.json"  # canopy_lit.encoders.base.FINGERPRINT_FILE (no torch import here)
-
-
-def cfg_get(cfg: Mapping[str, Any], dotted: str, default: Any = None) -> Any:
-    """``cfg["a"]["b"]`` for ``"a.b"``; ``default`` when any part is missing."""
-    cur: Any = cfg
-    for part in dotted.split("."):
-        if not isinstance(cur, Mapping) or part not in cur:
-            return default
-        cur = cur[part]
-    return cur
-
-
-def _refiner_name(target: Any) -> str | None:
-    """``canopy_lit.refine.FlatTopMRefiner`` -> ``flat_top_m``."""
-    if not target:
-        return None
-    cls = str(target).rsplit(".", 1)[-1].removesuffix("Refiner")
-    snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", cls).lower()
-    return {"flat_top_m": "flat_top_m", "flat_top": "flat_top_m"}.get(snake, snake)
-
-
-def _adapter(cfg: Mapping[str, Any]) -> str | None:
-    """The adapter as a portable label: ``outputs/<...>/adapter`` (or its folder name), plus its hash.
-
-    Absolute paths name the machine that ran the study, so the path is cut to start at its
-    ``outputs`` folder, else made relative to the project root, else reduced to its name. The
-    short adapter hash comes from ``<adapter>/encoder_fingerprint.json`` (written by ``save_adapter``)
-    when the folder is still there, so two tables with the same label can be told apart.
-    """
-    raw = cfg_get(cfg, "encoder.adapter")
-    if raw in (None, "", "null", "None"):
-        return None
-    path = Path(str(raw))
-    root = cfg_get(cfg, "paths.root_dir")
-    full = path if path.is_absolute() or not isinstance(root, str) or "${" in root else Path(root) / path
-    if path.is_absolute():
-        if "outputs" in path.parts[:-1]:
-            path = Path(*path.parts[path.parts.index("outputs") :])
-        elif isinstance(root, str) and path.is_relative_to(root):
-            path = path.relative_to(root)
-        else:
-            path = Path(path.name)
-    label = path.as_posix()
-    meta_file = full / FINGERPRINT_FILE
-    if meta_file.is_file():
-        try:
-            meta = json.loads(meta_file.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{meta_file}: not valid JSON ({err})") from err
-        digest = meta.get("adapter_hash") if isinstance(meta, dict) else None
-        if digest:
-            label += f" (adapter {str(digest)[:12]})"
-    return label
-
-
-def _scorer(cfg: Mapping[str, Any]) -> str | None:
-    """The node scorer behind a row's evidence: a refiner's own (``refine.scorer``, e.g. RECOMP's f0),
-    None for whole items in QA runs (nothing scored), else fθ when an adapter is loaded and f0 otherwise."""
-    if cfg_get(cfg, "encoder") is None:
-        return None
-    own = cfg_get(cfg, "refine.scorer")
-    if own:
-        return {"ftheta": "fθ"}.get(str(own), str(own))
-    if cfg_get(cfg, "mode", "qa") in ("qa", "evidence") and _refiner_name(cfg_get(cfg, "refine._target_")) == "keep_whole":
-        return None
-    return "fθ" if cfg_get(cfg, "encoder.adapter") not in (None, "", "null", "None") else "f0"
+from canopy_lit.report.runs import Run, evidence_label, group_studies, label_value
 
 
 @dataclass(frozen=True)
 class Setting:
-    """One knob of a run: its column name and how to read it from the resolved config."""
+    """One ablation axis of a run (a key of ``run.json``) as the tables present it."""
 
     name: str
-    read: Callable[[Mapping[str, Any]], Any]
     axis: bool = True  # may become a table column (else only stated in the setting line)
     describe: str = ""
     modes: tuple[str, ...] = ("qa",)  # run modes the knob matters for
 
 
-def _key(path: str) -> Callable[[Mapping[str, Any]], Any]:
-    return lambda cfg: cfg_get(cfg, path)
-
-
-def _refine_m(cfg: Mapping[str, Any]) -> Any:
-    return cfg_get(cfg, "refine.m") if _refiner_name(cfg_get(cfg, "refine._target_")) == "flat_top_m" else None
-
-
-def _retriever(cfg: Mapping[str, Any]) -> str | None:
-    """dense | bm25 | hybrid: the candidate ranking (scope=candidates/benchmark) or the corpus retriever."""
-    if cfg_get(cfg, "retrieval") is None:
-        return None
-    if (cfg_get(cfg, "retrieval.scope") or "corpus") in ("candidates", "benchmark"):
-        return str(cfg_get(cfg, "retrieval.candidate_ranking") or "dense")
-    target = str(cfg_get(cfg, "retrieval._target_") or "")
-    return {"build_bm25_retriever": "bm25", "build_hybrid_retriever": "hybrid"}.get(target.rsplit(".", 1)[-1], "dense")
-
-
 SETTINGS: tuple[Setting, ...] = (
-    Setting("refine", lambda c: _refiner_name(cfg_get(c, "refine._target_")), describe="refiner", modes=("qa", "evidence")),
-    Setting("m", _refine_m, describe="flat top-m", modes=("qa", "evidence")),
-    Setting("k", _key("retrieval.k"), describe="k (items per round)", modes=("qa", "evidence")),
-    Setting("B", _key("tree.branching"), describe="B (branching)", modes=("qa", "probe", "evidence")),
-    Setting("R", _key("loop.max_rounds"), describe="R (max rounds)"),
-    Setting("exclude_seen", _key("retrieval.exclude_seen"), describe="exclude_seen"),
-    Setting("routing", _key("retrieval.routing"), describe="modality routing"),
-    Setting("scope", _key("retrieval.scope"), describe="retrieval scope", modes=("qa", "evidence")),
-    Setting("retriever", _retriever, describe="retriever", modes=("qa", "evidence", "retrieval")),
-    Setting("scorer", _scorer, describe="scorer", modes=("qa", "probe", "evidence")),
-    Setting("adapter", _adapter, axis=False, describe="adapter", modes=("qa", "probe", "evidence")),
-    Setting(
-        "encoder",
-        lambda c: cfg_get(c, "encoder.backbone") or cfg_get(c, "encoder.name"),
-        describe="encoder",
-        modes=("qa", "probe", "evidence", "retrieval"),
-    ),
-    Setting("reader", lambda c: cfg_get(c, "llm.model") or cfg_get(c, "llm.name"), describe="reader/critic LLM"),
-    Setting("cap", _key("loop.reader_max_tokens"), describe="reader evidence cap (tokens)"),
-    Setting("split", _key("data.split"), axis=False, describe="split", modes=("qa", "probe", "evidence", "retrieval")),
-    Setting("limit", _key("limit"), axis=False, describe="questions per benchmark (limit)", modes=("qa", "probe", "evidence")),
-    Setting("tokenizer", _key("evidence.tokenizer"), axis=False, describe="tokens counted by", modes=("evidence",)),
+    Setting("refine", describe="refiner", modes=("qa", "evidence")),
+    Setting("m", describe="flat top-m", modes=("qa", "evidence")),
+    Setting("k", describe="k (items per round)", modes=("qa", "evidence")),
+    Setting("B", describe="B (branching)", modes=("qa", "probe", "evidence")),
+    Setting("R", describe="R (max rounds)"),
+    Setting("exclude_seen", describe="exclude_seen"),
+    Setting("routing", describe="modality routing"),
+    Setting("scope", describe="retrieval scope", modes=("qa", "evidence")),
+    Setting("retriever", describe="retriever", modes=("qa", "evidence", "retrieval")),
+    Setting("scorer", describe="scorer", modes=("qa", "probe", "evidence")),
+    Setting("adapter", axis=False, describe="adapter", modes=("qa", "probe", "evidence")),
+    Setting("encoder", describe="encoder", modes=("qa", "probe", "evidence", "retrieval")),
+    Setting("reader", describe="reader/critic LLM"),
+    Setting("cap", describe="reader evidence cap (tokens)"),
+    Setting("split", axis=False, describe="split", modes=("qa", "probe", "evidence", "retrieval")),
+    Setting("limit", axis=False, describe="questions per benchmark (limit)", modes=("qa", "probe", "evidence")),
+    Setting("tokenizer", axis=False, describe="tokens counted by", modes=("evidence",)),
 )
 
 
-@dataclass
-class Run:
-    """One run folder: its flat metrics and resolved config.
-
-    Attributes:
-        path: the run folder.
-        metrics: ``metrics.json`` (flat numbers).
-        config: ``.hydra/config.yaml`` as plain dicts ({} when absent).
-        overrides: ``.hydra/overrides.yaml`` (the job's command-line + sweep overrides).
-        study: study name (config ``study``, else the multirun folder's name, else ``"runs"``).
-    """
-
-    path: Path
-    metrics: dict[str, float]
-    config: dict[str, Any] = field(default_factory=dict)
-    overrides: list[str] = field(default_factory=list)
-    study: str = "runs"
-
-    @property
-    def mode(self) -> str:
-        mode = cfg_get(self.config, "mode")
-        if mode:
-            return str(mode)
-        task = cfg_get(self.config, "task_name")
-        if task and task != "evaluate":
-            return str(task)  # e.g. a training run folder under the same outputs/
-        prefixes = {k.split("/", 1)[0] for k in self.metrics}
-        for prefix, name in (("eval", "qa"), ("probe", "probe"), ("evidence", "evidence"), ("retrieval", "retrieval")):
-            if prefix in prefixes:
-                return name
-        return "other"
-
-    @property
-    def method(self) -> str:
-        """The row label: ``method.label`` where a config qualifies its baseline, else ``method.name``."""
-        name = cfg_get(self.config, "method.label") or cfg_get(self.config, "method.name")
-        if name:
-            return str(name)
-        return "probe" if self.mode == "probe" else "?"
-
-    @property
-    def benchmark(self) -> str:
-        name = cfg_get(self.config, "data.name")
-        if name:
-            return str(name)
-        first = _first_record(self.path / "predictions.jsonl")
-        return str(first.get("benchmark") or self.path.name) if first else self.path.name
-
-    def setting(self, name: str) -> Any:
-        for s in SETTINGS:
-            if s.name == name:
-                return s.read(self.config)
-        raise KeyError(name)
-
-    def metric(self, key: str) -> float | None:
-        v = self.metrics.get(key)
-        if v is None and key in _LEGACY_KEYS:
-            v = self.metrics.get(_LEGACY_KEYS[key])
-        if v is None and key == "eval/followup_duplicate_rate" and self.mode == "qa":
-            # Older runs lack it: recompute from their records (absent when no question had a round 2).
-            from canopy_lit.eval.summary import duplicate_rates
-
-            v = duplicate_rates(r for r in self.records() if r.get("status") == "ok").get("followup_duplicate_rate")
-        return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
-
-    def records(self) -> list[dict[str, Any]]:
-        """``predictions.jsonl`` (empty when absent); a torn last line (run killed mid-write) is ignored."""
-        from canopy_lit.eval.records import read_predictions  # one record per question id
-
-        return read_predictions(self.path / "predictions.jsonl")
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """JSON lines of ``path`` ([] when absent). A bad last line is a torn write and is skipped;
-    a bad line before it is an error naming file and line."""
-    if not path.is_file():
-        return []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    out = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as err:
-            if n == len(lines):
-                log.warning("%s: ignoring a torn last line", path)
-                break
-            raise ValueError(f"{path}: line {n} is not valid JSON ({err})") from err
-    return out
-
-
-def _first_record(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
-        return None
-    with path.open(encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                try:
-                    return json.loads(line)
-                except json.JSONDecodeError:
-                    return None
-    return None
-
-
-def _read_yaml(path: Path) -> Any:
-    return _read_yaml_text(path.read_text(encoding="utf-8"), path)
-
-
-def load_config(run_dir: str | Path) -> dict[str, Any]:
-    """A run's ``.hydra/config.yaml`` as plain dicts, interpolations resolved where possible.
-
-    Hydra saves the config unresolved (``${paths.data_dir}/hotpotqa``); ``${hydra:runtime.*}``
-    comes from the run's ``.hydra/hydra.yaml``, and a value that still cannot be resolved
-    (an unset env variable) stays as written instead of failing the whole table.
-    """
-    from omegaconf import OmegaConf
-
-    hyd = Path(run_dir) / ".hydra"
-    cfile = hyd / "config.yaml"
-    if not cfile.is_file():
-        return {}
-    text = cfile.read_text(encoding="utf-8")
-    runtime = cfg_get(_read_yaml(hyd / "hydra.yaml") or {}, "hydra.runtime", {}) if (hyd / "hydra.yaml").is_file() else {}
-    subs = {"cwd": runtime.get("cwd") or str(Path.cwd()), "output_dir": runtime.get("output_dir") or str(Path(run_dir))}
-    for key, value in subs.items():
-        text = text.replace("${hydra:runtime." + key + "}", str(value))
-    try:
-        cfg = OmegaConf.create(_read_yaml_text(text, cfile))
-    except Exception as err:
-        raise ValueError(f"{cfile}: cannot read the run config ({err})") from err
-    if not isinstance(OmegaConf.to_container(cfg, resolve=False), dict):
-        raise ValueError(f"{cfile}: expected a mapping")
-
-    def walk(node: Any, prefix: str) -> Any:
-        if isinstance(node, dict):
-            return {k: walk(v, f"{prefix}.{k}" if prefix else str(k)) for k, v in node.items()}
-        if isinstance(node, list):
-            return [walk(v, f"{prefix}[{i}]") for i, v in enumerate(node)]
-        if isinstance(node, str) and "${" in node:
-            try:
-                value = OmegaConf.select(cfg, prefix)
-                return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
-            except Exception:  # an unresolvable interpolation keeps its text
-                return node
-        return node
-
-    return walk(OmegaConf.to_container(cfg, resolve=False), "")
-
-
-def _read_yaml_text(text: str, where: Path) -> Any:
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ValueError(f"{where}: not valid YAML ({err})") from err
-
-
-def load_run(path: str | Path, study: str | None = None) -> Run:
-    """Read one run folder (``metrics.json`` required; the Hydra config is optional)."""
-    path = Path(path)
-    mfile = path / "metrics.json"
-    try:
-        metrics = json.loads(mfile.read_text(encoding="utf-8"))
-    except FileNotFoundError as err:
-        raise FileNotFoundError(f"{path}: no metrics.json (the run has not finished)") from err
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{mfile}: not valid JSON ({err})") from err
-    if not isinstance(metrics, dict):
-        raise ValueError(f"{mfile}: expected a JSON object of numbers, got {type(metrics).__name__}")
-    metrics = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    ofile = path / ".hydra" / "overrides.yaml"
-    config = load_config(path)
-    overrides = _read_yaml(ofile) if ofile.is_file() else []
-    name = study or cfg_get(config, "study") or None
-    if not name and (path.parent / "multirun.yaml").is_file():
-        name = path.parent.name
-    return Run(path, metrics, config, [str(o) for o in overrides or []], str(name or "runs"))
-
-
-def find_runs(paths: Iterable[str | Path], study: str | None = None) -> list[Run]:
-    """Runs under ``paths``: each a run folder, or any folder above run folders (multirun, outputs/).
-
-    A folder is a run when it holds ``metrics.json``; folders are walked in sorted order and
-    each run is read once.
-    """
-    runs: list[Run] = []
-    seen: set[Path] = set()
-    for p in map(Path, paths):
-        if not p.exists():
-            raise FileNotFoundError(f"{p}: no such run folder")
-        found = [p] if (p / "metrics.json").is_file() else sorted(m.parent for m in p.rglob("metrics.json"))
-        if not found:
-            log.warning("%s: no run folders (metrics.json) below it", p)
-        for r in found:
-            key = r.resolve()
-            if key in seen or ".hydra" in r.parts:
-                continue
-            seen.add(key)
-            runs.append(load_run(r, study))
-    return runs
-
-
 # --- grouping -------------------------------------------------------------------------------------
-
-
-def _value(v: Any) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, bool):
-        return str(v).lower()
-    if isinstance(v, float) and v.is_integer():
-        return str(int(v))
-    return str(v)
 
 
 def split_settings(runs: Sequence[Run]) -> tuple[list[str], dict[str, str]]:
@@ -384,7 +75,7 @@ def split_settings(runs: Sequence[Run]) -> tuple[list[str], dict[str, str]]:
     for s in SETTINGS:
         if not modes & set(s.modes):
             continue
-        vals = [_value(s.read(r.config)) for r in runs]
+        vals = [label_value(r.setting(s.name)) for r in runs]
         if not any(vals):
             continue
         if s.name == "scorer":  # blank = whole items; one scorer -> setting line, several -> a column per row
@@ -420,7 +111,7 @@ def setting_line(runs: Sequence[Run], fixed: Mapping[str, str] | None = None) ->
 
 
 def system_key(run: Run, axes: Sequence[str]) -> tuple[str, ...]:
-    return (run.method, *(_value(run.setting(a)) for a in axes))
+    return (run.method, *(label_value(run.setting(a)) for a in axes))
 
 
 # --- rows -----------------------------------------------------------------------------------------
@@ -437,6 +128,9 @@ QA_METRICS: tuple[tuple[str, str], ...] = (
     ("match", "eval/match"),
     ("match_ci_low", "eval/match_ci_low"),
     ("match_ci_high", "eval/match_ci_high"),
+    ("judge", "eval/judge"),
+    ("judge_ci_low", "eval/judge_ci_low"),
+    ("judge_ci_high", "eval/judge_ci_high"),
     ("accuracy", "eval/accuracy"),
     ("accuracy_ci_low", "eval/accuracy_ci_low"),
     ("accuracy_ci_high", "eval/accuracy_ci_high"),
@@ -448,10 +142,8 @@ QA_METRICS: tuple[tuple[str, str], ...] = (
     ("duplicate_rate_all_rounds", "eval/duplicate_rate_all_rounds"),
     ("latency_s", "eval/latency_s"),
 )
-# Runs written before the rename: ``eval/duplicate_rate`` was computed over all rounds.
-_LEGACY_KEYS = {"eval/duplicate_rate_all_rounds": "eval/duplicate_rate"}
 # Averaged over benchmarks (macro); counts are summed instead.
-_AVERAGED = ("em", "f1", "match", "accuracy", "evidence_tokens", "kept_token_ratio", "llm_calls", "rounds",
+_AVERAGED = ("em", "f1", "match", "judge", "accuracy", "evidence_tokens", "kept_token_ratio", "llm_calls", "rounds",
              "followup_duplicate_rate", "duplicate_rate_all_rounds", "latency_s")
 _SUMMED = ("n", "failed")
 
@@ -468,7 +160,7 @@ PROBE_METRICS: tuple[tuple[str, str], ...] = (
 
 
 def _run_row(run: Run, axes: Sequence[str], metrics: Sequence[tuple[str, str]]) -> dict[str, Any]:
-    row: dict[str, Any] = {"method": run.method, **{a: _value(run.setting(a)) for a in axes}}
+    row: dict[str, Any] = {"method": run.method, **{a: label_value(run.setting(a)) for a in axes}}
     row["benchmark"] = run.benchmark
     for name, key in metrics:
         row[name] = run.metric(key)
@@ -560,19 +252,21 @@ def wide_rows(rows: Sequence[Mapping[str, Any]], axes: Sequence[str]) -> tuple[l
         key = (r["method"], *(r[a] for a in axes))
         w = out.setdefault(key, {"method": r["method"], **{a: r[a] for a in axes}})
         tag = "avg" if r["benchmark"] == "average" else r["benchmark"]
-        for name in ("em", "f1", "accuracy", "evidence_tokens", "llm_calls", "rounds", "followup_duplicate_rate"):
+        for name in ("em", "f1", "match", "judge", "accuracy", "evidence_tokens", "llm_calls", "rounds",
+                     "followup_duplicate_rate"):
             w[f"{tag}/{name}"] = r.get(name)
     return list(out.values()), benches
 
 
 # --- rendering ------------------------------------------------------------------------------------
 
-PERCENT = {"em", "f1", "match", "accuracy", "followup_duplicate_rate", "duplicate_rate_all_rounds",
+PERCENT = {"em", "f1", "match", "judge", "accuracy", "followup_duplicate_rate", "duplicate_rate_all_rounds",
            "decision_accuracy", "gold_recall", "pruned_share", "answer_recall", "item_recall"}
 TITLES = {
     "em": "EM",
     "f1": "F1",
     "match": "Match",
+    "judge": "Judge",
     "accuracy": "Acc",
     "evidence_tokens": "tokens",
     "kept_token_ratio": "kept ratio",
@@ -627,7 +321,7 @@ def render_qa_wide(rows: Sequence[Mapping[str, Any]], axes: Sequence[str]) -> st
     wide, benches = wide_rows(rows, axes)
     cols: list[tuple[str, str]] = []
     for b in [*benches, "avg"]:
-        for name in ("em", "f1", "accuracy", "evidence_tokens"):
+        for name in ("em", "f1", "match", "judge", "accuracy", "evidence_tokens"):
             if _present(wide, f"{b}/{name}"):
                 cols.append((f"{b}/{name}", f"{b if b != 'avg' else 'Avg'} {TITLES[name]}"))
     for name in ("llm_calls", "rounds", "followup_duplicate_rate"):
@@ -642,7 +336,7 @@ def render_qa_wide(rows: Sequence[Mapping[str, Any]], axes: Sequence[str]) -> st
 def render_qa_long(rows: Sequence[Mapping[str, Any]], axes: Sequence[str]) -> str:
     """Markdown per-run table with 95% CIs."""
     cols: list[tuple[str, str]] = [("n", "n"), ("failed", "failed")]
-    for name in ("em", "f1", "match", "accuracy"):
+    for name in ("em", "f1", "match", "judge", "accuracy"):
         if _present(rows, name):
             cols += [(name, TITLES[name]), (f"{name}:ci", f"{TITLES[name]} 95% CI")]
     for name in ("evidence_tokens", "kept_token_ratio", "llm_calls", "rounds", "followup_duplicate_rate",
@@ -673,13 +367,6 @@ EVIDENCE_METRICS: tuple[tuple[str, str], ...] = tuple(
 ) + (("n", "evidence/n"), ("failed", "evidence/failed"), ("answer_recall_n", "evidence/answer_recall_n"))
 
 
-def evidence_label(run: Run) -> str:
-    """The evidence a run hands the reader: its refiner and scorer, e.g. ``parent_relative (fθ)``."""
-    refine = _value(run.setting("refine")) or "?"
-    scorer = _value(run.setting("scorer"))
-    return f"{refine} ({scorer})" if scorer else refine
-
-
 def evidence_rows(runs: Sequence[Run], axes: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """One row per evidence run (``mode: evidence``): method label, axes, benchmark, metrics + CIs."""
     runs = [r for r in runs if r.mode == "evidence"]
@@ -688,7 +375,7 @@ def evidence_rows(runs: Sequence[Run], axes: Sequence[str] | None = None) -> lis
     axes = [a for a in axes if a not in ("refine", "scorer")]
     rows = []
     for r in runs:
-        row: dict[str, Any] = {"method": evidence_label(r), **{a: _value(r.setting(a)) for a in axes}}
+        row: dict[str, Any] = {"method": evidence_label(r), **{a: label_value(r.setting(a)) for a in axes}}
         row["benchmark"] = r.benchmark
         for name, key in EVIDENCE_METRICS:
             row[name] = r.metric(key)
@@ -747,7 +434,7 @@ def render_study(name: str, runs: Sequence[Run]) -> str:
     other = [r for r in runs if r.mode not in ("qa", "probe", "evidence")]
     if other:
         out.append(render_generic(other))
-    out.append(f"<sub>{NOTE} Generated from {len(runs)} run folder(s) by `canopy_lit.eval.tables`.</sub>\n")
+    out.append(f"<sub>{NOTE} Generated from {len(runs)} run folder(s) by `canopy_lit.report`.</sub>\n")
     return "\n".join(out)
 
 
@@ -760,13 +447,6 @@ def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
         w.writeheader()
         for r in rows:
             w.writerow({k: "" if r.get(k) is None else r.get(k) for k in cols})
-
-
-def group_studies(runs: Sequence[Run]) -> dict[str, list[Run]]:
-    studies: dict[str, list[Run]] = {}
-    for r in runs:
-        studies.setdefault(r.study, []).append(r)
-    return studies
 
 
 def study_rows(runs: Sequence[Run]) -> dict[str, list[dict[str, Any]]]:
@@ -810,47 +490,3 @@ def write_tables(runs: Sequence[Run], out_dir: str | Path) -> dict[str, Path]:
             suffix = {"qa": "", "qa_wide": "_wide", "probe": "_probe", "evidence": "_evidence"}[kind]
             write_csv(out / f"{name}{suffix}.csv", rows)
     return written
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m canopy_lit.eval.tables",
-        description="Gather run folders (metrics.json + .hydra/config.yaml) into markdown + CSV study tables.",
-    )
-    ap.add_argument("runs", nargs="+", help="run folders, or folders above them (multirun dirs, outputs/)")
-    ap.add_argument("--out", required=True, help="folder for <study>.md / .csv")
-    ap.add_argument("--study", default=None, help="put every run into this one study")
-    ap.add_argument("--plots", action="store_true", help="also write the PNG plots the runs support")
-    ap.add_argument("--wandb-project", default=None, help="also log tables and plots to this W&B project")
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    try:
-        runs = find_runs(args.runs, args.study)
-    except (FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if not runs:
-        print("error: no run folders (with metrics.json) found", file=sys.stderr)
-        return 2
-    written = write_tables(runs, args.out)
-    images: dict[str, Path] = {}
-    if args.plots:
-        from canopy_lit.eval.plots import make_all
-
-        studies = group_studies(runs)
-        for name, sub in studies.items():
-            made = make_all(sub, args.out, prefix=f"{name}_" if len(studies) > 1 else "")
-            images.update({(f"{name}/{k}" if len(studies) > 1 else k): v for k, v in made.items()})
-    if args.wandb_project:
-        from canopy_lit.eval.wandb_report import log_report
-
-        log_report(runs, images, project=args.wandb_project)
-    for name, path in written.items():
-        print(f"{name}: {path}")
-    for name, path in images.items():
-        print(f"plot {name}: {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,149 @@
+"""What a benchmark reader returns (``Benchmark``) and the registry of readers (``BENCHMARKS``).
+
+Readers import ``Benchmark`` from here, and the registry names each reader by its import path,
+so this module imports no reader: no circle between the registry and the readers.
+
+Add a benchmark: one reader module in ``canopy_lit/data/readers/`` with
+``read(path, **options) -> Benchmark``, one entry in ``BENCHMARKS`` below (the only place that
+lists benchmarks), and ``configs/data/<name>.yaml`` with ``name: <key>``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from canopy_lit.data.readers._io import DataFormatError
+from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.types import Item, Question, Tree
+
+
+@dataclass
+class Benchmark:
+    """Questions of one benchmark with the items they are delivered with.
+
+    Attributes:
+        name: benchmark name (also ``Question.benchmark`` of every question).
+        questions: in file order.
+        items: item id -> item; ids are globally unique (``"<benchmark>:<source id>"``).
+        candidates: question id -> ids of the items delivered with it (HotpotQA's
+            10 paragraphs, a TAT-QA document, an OTT-QA table and its passages ...).
+        skipped: reason -> count of records (or parts of records) not loaded.
+        meta: where the data came from (paths, reader options).
+
+    Invariant: every key of ``Question.gold`` is in ``items``; gold ids that could
+    not be resolved to an item stay in ``Question.meta["gold_ids"]``.
+    """
+
+    name: str
+    questions: list[Question]
+    items: dict[str, Item]
+    candidates: dict[str, list[str]]
+    skipped: Counter = field(default_factory=Counter)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"Benchmark({self.name!r}, questions={len(self.questions)}, items={len(self.items)})"
+
+    def skip_metrics(self, prefix: str = "data/skipped") -> dict[str, float]:
+        """``{prefix}/<reason>: count`` of everything the reader skipped (for metrics.json)."""
+        return {f"{prefix}/{reason}": float(n) for reason, n in sorted(self.skipped.items()) if n}
+
+    def skip_messages(self) -> list[str]:
+        """One line per skip reason, naming the benchmark's file: what a user must be told."""
+        where = self.meta.get("path", self.name)
+        return [
+            f"{self.name} ({where}): skipped {n} x {reason}" for reason, n in sorted(self.skipped.items()) if n
+        ]
+
+    def require(self, questions: Sequence[Question], what: str = "usable questions") -> None:
+        """Raise ``DataFormatError`` naming the file when ``questions`` is empty (nothing to evaluate)."""
+        if questions:
+            return
+        skipped = ", ".join(f"{r}: {n}" for r, n in sorted(self.skipped.items()) if n) or "none"
+        raise DataFormatError(
+            self.meta.get("path", self.name),
+            f"no {what} ({len(self.questions)} question(s) read in all splits; skipped records: {skipped})",
+        )
+
+    def trees(self, hierarchy: Hierarchy, item_ids: Iterable[str]) -> dict[str, Tree]:
+        """Trees of the given items under ``hierarchy`` (one build per item)."""
+        return {i: hierarchy.build(self.items[i]) for i in dict.fromkeys(item_ids)}
+
+
+def project_data_dir() -> Path:
+    """Bundled data folder: ``$CANOPY_LIT_DATA`` or ``<repo>/data`` of a source checkout."""
+    env = os.environ.get("CANOPY_LIT_DATA")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "data"
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    """Registry entry: the reader, the bundled default path (relative to the data dir) and reader defaults.
+
+    Attributes:
+        reader: the reader function, or its import path (``"canopy_lit.data.readers.nq.read"``,
+            imported on first use so that the registry imports no reader).
+    """
+
+    reader: str | Callable[..., Benchmark]
+    bundled: str | None
+    description: str
+    defaults: dict[str, Any] = field(default_factory=dict)
+
+    def read_fn(self) -> Callable[..., Benchmark]:
+        """The reader function (imports its module when ``reader`` is a path)."""
+        if callable(self.reader):
+            return self.reader
+        module, _, name = self.reader.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+
+_READERS = "canopy_lit.data.readers"
+
+BENCHMARKS: dict[str, BenchmarkSpec] = {
+    "hotpotqa": BenchmarkSpec(
+        f"{_READERS}.hotpotqa.read", "hotpotqa", "HotpotQA distractor (bundled: train 100 + dev 100)"
+    ),
+    "2wikimultihopqa": BenchmarkSpec(
+        f"{_READERS}.hotpotqa.read", None, "2WikiMultiHopQA converted to HotpotQA format", {"name": "2wikimultihopqa"}
+    ),
+    "musique": BenchmarkSpec(
+        f"{_READERS}.hotpotqa.read", None, "MuSiQue converted to HotpotQA format", {"name": "musique"}
+    ),
+    "nq": BenchmarkSpec(f"{_READERS}.nq.read", "nq/nq-open-oracle.jsonl.gz", "NQ-open with the annotated gold paragraph"),
+    "ottqa": BenchmarkSpec(
+        f"{_READERS}.ottqa.read",
+        "ottqa/dev.traced.json",
+        "OTT-QA dev (tables + linked passages)",
+        {"tables": "ottqa/dev_tables_passages.json.gz"},
+    ),
+    "tatqa": BenchmarkSpec(f"{_READERS}.tatqa.read", "tatqa/tatqa_dataset_dev.json", "TAT-QA dev (table + paragraphs)"),
+    "mmqa": BenchmarkSpec(
+        f"{_READERS}.mmqa.read", "mmqa/MMQA_dev.jsonl.gz", "MultiModalQA dev (gold ids; contexts optional)"
+    ),
+    "lvbench": BenchmarkSpec(
+        f"{_READERS}.lvbench.read",
+        "lvbench/lvbench_universalrag.json",
+        "LVBench, UniversalRAG rewrite (videos not bundled)",
+        {"video_root": "lvbench/videos"},
+    ),
+    "vragbench": BenchmarkSpec(
+        f"{_READERS}.vragbench.read", None, "V-RAGBench-style <query, evidence clip, answer> JSONL"
+    ),
+    "hf": BenchmarkSpec(
+        f"{_READERS}.hf.read",
+        None,
+        "Hugging Face dataset on disk (save_to_disk / parquet / JSONL; layout=hotpotqa|nq|2wikimultihopqa|musique)",
+    ),
+}
+
+
+def bundled_benchmarks() -> list[str]:
+    """Names of the benchmarks whose data ships in ``data/``."""
+    return [name for name, spec in BENCHMARKS.items() if spec.bundled is not None]

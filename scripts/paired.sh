@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The paired end-to-end comparison (issue: "does CANOPY give better answers from fewer tokens?"):
+# the same test questions through canopy, canopy w/o projection (refine=keep_whole), canopy w/o iteration
+# (loop.max_rounds=1) and vanilla (k = 5), retrieving from the unified corpus of every bundled benchmark
+# (retriever=corpus), with the CPU default reader (Qwen2.5-Coder-1.5B, llama.cpp).
+#
+#   ADAPTER=outputs/quickstart/train/adapter bash scripts/paired.sh
+#
+# Resumable and incremental: questions are added in chunks of STEP up to N per benchmark, every system
+# of a benchmark reaching the same count before the next chunk (so the comparison stays paired whenever
+# the job stops). Run folders (predictions.jsonl + metrics.json, no caches) land in
+# OUT=experiments/runs/paired/<benchmark>/<system>/; commit them, then regenerate the table with
+#   python experiments/paired.py
+# Knobs (environment): ADAPTER (required), OUT, N (default 50), STEP (default 10), BENCHMARKS
+# (default "hotpotqa nq"), THREADS (llama.cpp threads, default 1).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+: "${ADAPTER:?set ADAPTER to a trained adapter folder (train.py writes <run dir>/adapter)}"
+OUT=${OUT:-experiments/runs/paired}
+N=${N:-50}
+STEP=${STEP:-10}
+BENCHMARKS=${BENCHMARKS:-hotpotqa nq}
+THREADS=${THREADS:-1}
+PY=${PY:-.venv/bin/python}
+ADAPTER=$(realpath "$ADAPTER")
+
+SYSTEMS=(
+  "canopy:method=canopy"
+  "no_projection:method=canopy refine=keep_whole"
+  "no_iteration:method=canopy loop.max_rounds=1"
+  "vanilla:method=vanilla"
+)
+for ((n = STEP; n <= N; n += STEP)); do
+  for bench in $BENCHMARKS; do
+    for system in "${SYSTEMS[@]}"; do
+      name=${system%%:*}
+      # shellcheck disable=SC2086
+      OMP_NUM_THREADS=1 "$PY" evaluate.py experiment=quickstart_eval data="$bench" data.split=test limit="$n" \
+        ${system#*:} retriever=corpus encoder.adapter="$ADAPTER" llm.n_threads="$THREADS" progress=false \
+        hydra.run.dir="$OUT/$bench/$name"
+    done
+  done
+  echo "paired.sh: $n questions per benchmark done" >&2
+done
