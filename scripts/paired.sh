@@ -2,7 +2,10 @@
 # The paired end-to-end comparison (issue: "does CANOPY give better answers from fewer tokens?"):
 # the same test questions through canopy, canopy w/o projection (refine=keep_whole), canopy w/o iteration
 # (loop.max_rounds=1) and vanilla (k = 5), retrieving from the unified corpus of every bundled benchmark
-# (retriever=corpus), with the CPU default reader (Qwen2.5-Coder-1.5B, llama.cpp).
+# (retriever=corpus: 24,837 items), with the CPU default reader (Qwen2.5-Coder-1.5B, llama.cpp).
+# The corpus is ranked by BM25 by default (RETRIEVAL=bm25: indexed in about a minute); RETRIEVAL=default
+# ranks it with dense MiniLM f0, which first embeds the union once (about an hour of one free CPU core,
+# cached by content). Changing RETRIEVAL needs a fresh OUT: a run folder resumes with its own setting.
 #
 #   ADAPTER=outputs/quickstart/train/adapter bash scripts/paired.sh
 #
@@ -12,7 +15,7 @@
 # OUT=experiments/runs/paired/<benchmark>/<system>/; commit them, then regenerate the table with
 #   python experiments/paired.py
 # Knobs (environment): ADAPTER (required), OUT, N (default 50), STEP (default 10), BENCHMARKS
-# (default "hotpotqa nq"), THREADS (llama.cpp threads, default 1).
+# (default "hotpotqa nq"), THREADS (llama.cpp threads, default 1), RETRIEVAL (bm25 | default | hybrid).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${ADAPTER:?set ADAPTER to a trained adapter folder (train.py writes <run dir>/adapter)}"
@@ -21,6 +24,7 @@ N=${N:-50}
 STEP=${STEP:-10}
 BENCHMARKS=${BENCHMARKS:-hotpotqa nq}
 THREADS=${THREADS:-1}
+RETRIEVAL=${RETRIEVAL:-bm25}
 PY=${PY:-.venv/bin/python}
 ADAPTER=$(realpath "$ADAPTER")
 
@@ -36,7 +40,7 @@ for ((n = STEP; n <= N; n += STEP)); do
       name=${system%%:*}
       # shellcheck disable=SC2086
       OMP_NUM_THREADS=1 "$PY" evaluate.py experiment=quickstart_eval data="$bench" data.split=test limit="$n" \
-        ${system#*:} retriever=corpus encoder.adapter="$ADAPTER" llm.n_threads="$THREADS" progress=false \
+        ${system#*:} retriever=corpus retrieval="$RETRIEVAL" encoder.adapter="$ADAPTER" llm.n_threads="$THREADS" progress=false \
         hydra.run.dir="$OUT/$bench/$name"
     done
   done
