@@ -54,7 +54,7 @@ def row(run: Path) -> list[str] | None:
     for b in BENCHES:
         ft, f0 = m.get(f"test/{b}/decision_accuracy"), m.get(f"test/{b}/decision_accuracy_f0")
         cells.append(f"{100 * (ft - f0):+.1f}" if ft is not None and f0 is not None else "–")
-    cells.append(str(int(m.get("trainer/global_step", m.get("global_step", 0))) or "–"))
+    cells.append(str(int(m.get("train/global_step", 0))) or "–")
     return cells
 
 

@@ -1,4 +1,4 @@
-"""scripts/quickstart.sh resumes: a rerun skips training and both probes once they have finished.
+"""scripts/quickstart.sh resumes: a rerun skips training, both probes and the evidence study once finished.
 
 The script runs against a hand-made stand-in for the venv's ``python`` that records each call and writes
 the outputs a finished step leaves (adapter, metrics.json, the table), so only the script's own resume
@@ -22,7 +22,7 @@ for a in "$@"; do
       if [ "$1" = train.py ]; then mkdir -p "$dir/adapter"; echo '{}' > "$dir/adapter/adapter_config.json"; fi ;;
   esac
 done
-if [ "$1 $2 $3" = "-m canopy_lit.report tables" ]; then mkdir -p "$OUT/tables"; echo table > "$OUT/tables/quickstart.md"; fi
+if [ "$1 $2 $3" = "-m canopy_lit.report tables" ]; then mkdir -p "$OUT/tables"; for s in quickstart evidence; do echo table > "$OUT/tables/$s.md"; done; fi
 exit 0
 """
 
@@ -49,7 +49,10 @@ def test_rerun_skips_finished_training_and_probes(tmp_path: Path) -> None:
     first = _run(work, calls)
     assert sum(c.startswith("train.py") for c in first) == 1
     assert sum("experiment=probe" in c for c in first) == 2
+    assert sum("+ablation=evidence" in c for c in first) == 1
+    assert (work / "out" / "timings.tsv").read_text().count("\n") == 6  # one line per step
 
     second = _run(work, calls)
     assert not any(c.startswith("train.py") for c in second), second
     assert not any("experiment=probe" in c for c in second), second  # the old script reran both probes
+    assert not any("+ablation=evidence" in c for c in second), second
