@@ -62,11 +62,16 @@ def paired_rows(runs: dict[str, dict[str, dict]], n_boot: int = 2000) -> tuple[i
             return np.array([r.get("evidence_tokens", 0) for r in recs], dtype=float)
         if key == "calls":
             return np.array([sum((r.get("llm_calls") or {}).values()) for r in recs], dtype=float)
+        if key == "prefill":
+            return np.array([sum((r.get("llm_prefill_tokens") or {}).values()) for r in recs], dtype=float)
+        if key == "latency":
+            return np.array([r.get("latency_s", 0.0) for r in recs], dtype=float)
         return np.array([float((r.get("scores") or {}).get(key, 0.0)) for r in recs], dtype=float)
 
     per = [
         [SYSTEMS[s], str(n), f"{100 * col(s, 'em').mean():.1f}", f"{100 * col(s, 'f1').mean():.1f}",
-         f"{col(s, 'tokens').mean():.0f}", f"{col(s, 'calls').mean():.2f}"]
+         f"{col(s, 'tokens').mean():.0f}", f"{col(s, 'calls').mean():.2f}", f"{col(s, 'prefill').mean():.0f}",
+         f"{col(s, 'latency').mean():.0f}"]
         for s in systems
     ] if n else []  # fmt: skip
     diffs = []
@@ -91,7 +96,8 @@ def render(root: Path, n_boot: int = 2000) -> str:
     for bench in sorted(data, key=lambda b: list(BENCH_NAMES).index(b) if b in BENCH_NAMES else 99):
         n, per, diffs = paired_rows(data[bench], n_boot)
         lines += [f"**{BENCH_NAMES.get(bench, bench)}** (n = {n} test questions answered by every system)", ""]
-        lines += ["| system | n | EM | F1 | evidence tokens | LLM calls |", "|---|---|---|---|---|---|"]
+        lines += ["| system | n | EM | F1 | evidence tokens | LLM calls | prefilled tokens | s / question |",
+                  "|---|---|---|---|---|---|---|---|"]
         lines += ["| " + " | ".join(r) + " |" for r in per]
         if diffs:
             lines += ["", "| paired difference (95% CI) | EM (points) | F1 (points) | evidence tokens |", "|---|---|---|---|"]

@@ -81,6 +81,13 @@ def summarize(records: Iterable[Mapping[str, Any]], prefix: str = "eval") -> dic
         roles = sorted({role for r in ok for role in (r.get("llm_calls") or {})})
         for role in roles:
             out[f"{prefix}/llm_calls/{role}"] = float(np.mean([(r.get("llm_calls") or {}).get(role, 0) for r in ok]))
+        if any(r.get("llm_tokens") for r in ok):
+            # Prompt + completion tokens, and the prompt tokens the backend had to prefill (not served
+            # from its prefix / KV cache): the cost that prefix reuse cuts.
+            out[f"{prefix}/llm_tokens"] = float(np.mean([sum((r.get("llm_tokens") or {}).values()) for r in ok]))
+            out[f"{prefix}/prefill_tokens"] = float(
+                np.mean([sum((r.get("llm_prefill_tokens") or {}).values()) for r in ok])
+            )
         out[f"{prefix}/rounds"] = float(np.mean([len(r.get("rounds") or []) for r in ok]))
         # IRCoT / critic loops: share of questions that retrieved more than once (0 = never iterated).
         out[f"{prefix}/multi_retrieval_share"] = float(np.mean([len(r.get("rounds") or []) > 1 for r in ok]))

@@ -104,3 +104,13 @@ def test_followup_duplicate_rate_counts_rounds_two_and_later_only() -> None:
 def test_markdown_table() -> None:
     t = markdown_table([{"method": "canopy", "eval/f1": 0.51234}], ["method", "eval/f1"], "k = 10")
     assert t.splitlines()[0] == "k = 10" and "| canopy | 0.512 |" in t
+
+
+def test_summary_reports_prefilled_tokens_per_question() -> None:
+    """eval/prefill_tokens: prompt tokens the backend prefilled (not served from its prefix cache), per question."""
+    a = {**rec("1"), "llm_tokens": {"critic": 900, "reader": 500}, "llm_prefill_tokens": {"critic": 600, "reader": 100}}
+    b = {**rec("2"), "llm_tokens": {"critic": 300, "reader": 300}, "llm_prefill_tokens": {"critic": 300, "reader": 0}}
+    m = summarize([a, b])
+    assert m["eval/llm_tokens"] == pytest.approx((1400 + 600) / 2)
+    assert m["eval/prefill_tokens"] == pytest.approx((700 + 300) / 2)
+    assert "eval/prefill_tokens" not in summarize([rec("1")])  # records without LLM accounting
