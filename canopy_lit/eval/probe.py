@@ -3,7 +3,9 @@
 For every question, the gold items' trees are scored against the question and
 refined; we measure
 
-- ``probe/decision_accuracy``: share of nodes v in V_i whose every preference in P(v) holds;
+- ``probe/decision_accuracy``: share of nodes v in V_i whose every preference in P(v) holds, also by
+  depth, modality and decision type (``.../stop``: v fully gold, keep it whole; ``.../descend``: v partly
+  gold), with ``probe/n_nodes/<group>`` counts;
 - ``probe/gold_recall``: share of gold leaves inside the retained nodes;
 - ``probe/pruned_share``: share of gold items from which refinement removes something;
 - ``probe/kept_token_ratio``: kept / whole-item tokens on gold items, and
@@ -54,6 +56,8 @@ class RefinementProbe:
         self.count_tokens = count_tokens
         self.decisions: dict[int, list[bool]] = defaultdict(list)  # depth -> correct?
         self.decisions_by_modality: dict[str, list[bool]] = defaultdict(list)
+        # "stop" (v fully gold: keep it whole) vs "descend" (v partly gold): training teaches mostly descend.
+        self.decisions_by_kind: dict[str, list[bool]] = defaultdict(list)
         self.gold_leaves = 0
         self.gold_leaves_kept = 0
         self.items = 0
@@ -101,6 +105,8 @@ class RefinementProbe:
                 ok = decision_correct(tree, scores, preference_pairs(tree, v, counts))
                 self.decisions[int(tree.depth[v])].append(ok)
                 self.decisions_by_modality[tree.item.modality.value].append(ok)
+                stop = bool(counts[v] == tree.ends[v] - tree.starts[v])
+                self.decisions_by_kind["stop" if stop else "descend"].append(ok)
             kept = parent_relative(tree, scores)
             kept_leaves = {leaf for v in kept for leaf in tree.leaf_range(v)}
             self.gold_leaves += len(set(leaves))
@@ -146,4 +152,7 @@ class RefinementProbe:
             out[f"{prefix}/n_nodes/depth_{depth}"] = float(len(ds))
         for mod, ds in sorted(self.decisions_by_modality.items()):
             out[f"{prefix}/decision_accuracy/{mod}"] = float(np.mean(ds))
+        for kind, ds in sorted(self.decisions_by_kind.items()):
+            out[f"{prefix}/decision_accuracy/{kind}"] = float(np.mean(ds))
+            out[f"{prefix}/n_nodes/{kind}"] = float(len(ds))
         return out
