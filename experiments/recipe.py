@@ -69,18 +69,71 @@ def render(runs: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def probe_table(probes: Path) -> str:
+    """Probe metrics per benchmark and scorer: ``probes/<benchmark>/<scorer>/metrics.json``."""
+    rows = []
+    for path in sorted(probes.glob("*/*/metrics.json")) if probes.is_dir() else []:
+        m = json.loads(path.read_text())
+        bench, scorer = path.parent.parent.name, path.parent.name
+        rows.append([
+            bench, scorer, f"{m.get('probe/n_questions', 0):.0f}", _pct(m.get("probe/decision_accuracy")),
+            _pct(m.get("probe/decision_accuracy/stop")), _pct(m.get("probe/gold_recall")),
+            f"{m.get('probe/kept_token_ratio', float('nan')):.3f}",
+            f"{m.get('probe/distractor_kept_token_ratio', float('nan')):.3f}",
+        ])  # fmt: skip
+    if not rows:
+        return "_No probe runs yet._\n"
+    head = ["benchmark", "scorer", "questions", "decision acc", "stop acc", "gold recall",
+            "kept-token ratio (gold)", "kept-token ratio (distractors)"]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
+
+
+def probe_plot(probes: Path, out: Path) -> Path | None:
+    """Decision accuracy vs gold recall, one panel per benchmark, one point per scorer."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs: dict[str, dict[str, dict]] = {}
+    for path in sorted(probes.glob("*/*/metrics.json")) if probes.is_dir() else []:
+        runs.setdefault(path.parent.parent.name, {})[path.parent.name] = json.loads(path.read_text())
+    if not runs:
+        return None
+    fig, axes = plt.subplots(1, len(runs), figsize=(3.2 * len(runs), 3.0), squeeze=False)
+    for ax, (bench, scorers) in zip(axes[0], sorted(runs.items()), strict=True):
+        for name, m in scorers.items():
+            x, y = 100 * m.get("probe/gold_recall", float("nan")), 100 * m.get("probe/decision_accuracy", float("nan"))
+            ax.scatter([x], [y], label=name)
+            ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        ax.set_title(bench, fontsize=9)
+        ax.set_xlabel("gold recall (%)", fontsize=8)
+        ax.set_ylabel("decision accuracy (%)", fontsize=8)
+        ax.tick_params(labelsize=7)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=Path, default=ROOT / "experiments" / "runs" / "recipe")
     ap.add_argument("--out", type=Path, default=ROOT / "experiments" / "tables" / "recipe.md")
     ap.add_argument("--doc", type=Path, default=ROOT / "experiments" / "recipe.md")
+    ap.add_argument("--probes", type=Path, default=ROOT / "experiments" / "runs" / "probe")
     args = ap.parse_args(argv)
     body = render(args.runs)
+    probes = probe_table(args.probes)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(body, encoding="utf-8")
+    args.out.write_text(body + "\n" + probes, encoding="utf-8")
+    probe_plot(args.probes, ROOT / "experiments" / "img" / "recipe_accuracy_vs_recall.png")
     if args.doc.is_file():
         replace_block(args.doc, "recipe", body)
-    print(body)
+        replace_block(args.doc, "recipe_probe", probes)
+    print(body + "\n" + probes)
 
 
 if __name__ == "__main__":
