@@ -22,6 +22,18 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"
 
 
+@pytest.fixture
+def hydra_ctx():
+    """A Hydra context over the real configs/ for ``compose(...)`` in a test (cleared before and after)."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        yield
+    GlobalHydra.instance().clear()
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     return DATA

@@ -10,21 +10,13 @@ from pathlib import Path
 
 import pytest
 from evaluate_runner import ROOT, records, run_script
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
+from hydra import compose
 from hydra.utils import instantiate
 
 from canopy_lit.schema import ConfigError, validate_eval_config, validate_train_config
 
 CONFIGS = ROOT / "configs"
 
-
-@pytest.fixture
-def hydra_ctx():
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        yield
-    GlobalHydra.instance().clear()
 
 
 def eval_problems(*overrides: str) -> list[str]:

@@ -8,8 +8,7 @@ import pytest
 
 pytest.importorskip("bm25s")
 
-from hydra import compose, initialize_config_dir  # noqa: E402
-from hydra.core.global_hydra import GlobalHydra  # noqa: E402
+from hydra import compose  # noqa: E402
 from hydra.utils import instantiate  # noqa: E402
 
 from canopy_lit.retrieval import bm25 as bm25_mod  # noqa: E402
@@ -119,13 +118,6 @@ def test_recall_on_bundled_hotpotqa(tmp_path) -> None:
     assert m["retrieval/hotpotqa/recall@1"] > 0.75 and m["retrieval/hotpotqa/recall@10"] > 0.95
     assert 0.7 < m["retrieval/hotpotqa/recall_all@10"] < 0.85
 
-
-@pytest.fixture()
-def hydra_ctx():
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        yield
-    GlobalHydra.instance().clear()
 
 
 def test_config_builds_the_retriever_and_candidate_ranking(hydra_ctx, tmp_path, hotpot) -> None:

@@ -13,20 +13,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
+from hydra import compose
 from hydra.utils import instantiate
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
 
-
-@pytest.fixture
-def hydra_ctx():
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        yield
-    GlobalHydra.instance().clear()
 
 
 def _project_imports(path: Path) -> set[str]:

@@ -119,18 +119,6 @@ def test_build_hybrid_retriever_end_to_end(tmp_path, encoder) -> None:
     assert len(list(tmp_path.glob("bm25-*"))) == 1 and len(list(tmp_path.glob("index-*"))) == 1
 
 
-@pytest.fixture()
-def hydra_ctx():
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(
-        config_dir=str(Path(__file__).resolve().parents[2] / "configs"), version_base="1.3"
-    ):
-        yield
-    GlobalHydra.instance().clear()
-
 
 @pytest.mark.parametrize("choice", ["default", "bm25", "hybrid"])
 def test_evidence_grid_ranks_candidates_by_the_chosen_retriever(

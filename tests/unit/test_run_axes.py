@@ -6,21 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from runfolders import ROOT, make_qa_run
+from hydra import compose
+from runfolders import make_qa_run
 
 from canopy_lit.eval.records import RUN_FILE, read_run_axes, run_axes, write_run_axes
 from canopy_lit.report.runs import find_runs, load_run
 from canopy_lit.report.tables import qa_rows, render_study
-
-
-@pytest.fixture()
-def hydra_ctx():
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        yield
-    GlobalHydra.instance().clear()
 
 
 @pytest.mark.parametrize(
