@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
 from hydra.utils import get_method, instantiate
 from omegaconf import DictConfig
 from rich.console import Console
@@ -160,6 +161,8 @@ def run(cfg: DictConfig) -> dict[str, float]:
         DataFormatError: unreadable data, or no usable question (names the file).
     """
     validate_eval_config(cfg)
+    if cfg.get("threads"):
+        torch.set_num_threads(int(cfg.threads))
     with RunLock(output_dir(cfg)):  # a second evaluation into this folder must not redo (and double) every question
         write_run_axes(output_dir(cfg), cfg)  # run.json: the ablation axes that reports read
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per local tokenize call otherwise

@@ -57,6 +57,7 @@ class EvalSchema:
     limit: int | None = knob(None, ge=1)
     seed: int = 0
     concurrency: int = knob(1, ge=1)
+    threads: int | None = knob(None, ge=1)
     retry_failed: bool = False
     progress: bool = True
     max_consecutive_failures: int = knob(5, ge=0)

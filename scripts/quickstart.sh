@@ -7,26 +7,72 @@
 #      canopy fθ, canopy f0, keep-whole and flat leaves at canopy's token count (k = 5, B = 2)
 #   5. a small LLM demonstration: canopy vs vanilla on N HotpotQA test questions (Qwen2.5-1.5B)
 #   6. the tables.
+# Two lanes of one thread each: training uses one core, so everything that needs no trained adapter
+# (the f0 probe, the f0 and keep-whole evidence runs, the vanilla demo) runs beside it on the other
+# (lane "f0", log in $OUT/lane_f0.log). One-thread processes side by side beat one two-thread process
+# on 2 cores, and never oversubscribe them.
 # Every step resumes: rerun the script after an interruption and finished work is skipped.
-# Wall time per step goes to $OUT/timings.tsv. The large paired LLM comparison is its own command
-# (scripts/paired.sh, hours on a CPU).
+# Wall time per step goes to $OUT/timings.tsv (lane f0's steps are prefixed "f0:"). The large paired
+# LLM comparison is its own command (scripts/paired.sh, hours on a CPU).
 # Knobs (environment): OUT (output folder), N (demo questions, default 3), SKIP_SETUP=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-outputs/quickstart}
 N=${N:-3}
 mkdir -p "$OUT"
+export OUT N OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 T0=$(date +%s)
-step() {  # step NAME: log the wall time since the previous step
+step() {  # step NAME: log the wall time since the previous step of this lane
   local now; now=$(date +%s)
   printf '%s\t%s\n' "$1" "$((now - T0))" >> "$OUT/timings.tsv"
   T0=$now
+}
+ONE=(threads=1 llm.n_threads=1 progress=false)  # one core per lane
+
+# probe SCORER ADAPTER: the refinement probe on the HotpotQA test split, skipped once finished.
+probe() {
+  [ -f "$OUT/probe/$1/metrics.json" ] ||
+    python evaluate.py experiment=probe data=hotpotqa data.split=test encoder.adapter="$2" \
+      hydra.run.dir="$OUT/probe/$1" "${ONE[@]}"
+}
+# evidence LANE VARIANTS [ADAPTER]: one evidence multirun (no LLM) into $OUT/evidence; each run
+# resumes its questions, and the lane's marker skips it once finished.
+evidence() {
+  [ -f "$OUT/evidence/.done_$1" ] && return
+  python evaluate.py -m +ablation=evidence adapter="${3:-null}" variant="$2" retrieval.k=5 tree.branching=2 \
+    data=hotpotqa,nq,ottqa,tatqa hydra.sweep.dir="$OUT/evidence" "${ONE[@]}"
+  mkdir -p "$OUT/evidence" && touch "$OUT/evidence/.done_$1"
+}
+# demo NAME OVERRIDE...: end-to-end QA with the local Qwen2.5-1.5B as critic and reader on N HotpotQA
+# test questions (each question's own delivered items as the pool: retriever=candidates; the paired
+# comparison uses the unified corpus). A rerun resumes from predictions.jsonl.
+demo() {
+  local name=$1; shift
+  python evaluate.py experiment=quickstart_eval data=hotpotqa limit="$N" "$@" \
+    hydra.run.dir="$OUT/eval/hotpotqa/$name" "${ONE[@]}"
 }
 
 [ "${SKIP_SETUP:-0}" = 1 ] || bash scripts/setup.sh
 # shellcheck disable=SC1091
 . .venv/bin/activate
 step setup
+
+# Lane f0, beside training, in its own process group so that a failure of the main lane stops it.
+lane_f0() {
+  set -euo pipefail
+  T0=$(date +%s)
+  probe f0 null
+  step f0:probe
+  evidence f0 f0,no_projection
+  step f0:evidence
+  demo vanilla method=vanilla
+  step f0:qa
+}
+export -f lane_f0 probe evidence demo step
+export ONE_STR="${ONE[*]}"
+setsid bash -c 'ONE=($ONE_STR); lane_f0' > "$OUT/lane_f0.log" 2>&1 &
+LANE=$!
+trap 'kill -- -"$LANE" 2>/dev/null || true' EXIT
 
 # 2. Train (skipped when the adapter exists).
 if [ ! -f "$OUT/train/adapter/adapter_config.json" ]; then
@@ -35,30 +81,18 @@ fi
 ADAPTER=$(realpath "$OUT/train/adapter")
 step train
 
-# 3. Refinement probe on the HotpotQA test split (no LLM): f0 vs fθ.
-# Each probe is skipped when its metrics.json exists (a finished run), like the other steps.
-[ -f "$OUT/probe/f0/metrics.json" ] ||
-  python evaluate.py experiment=probe data=hotpotqa data.split=test encoder.adapter=null hydra.run.dir="$OUT/probe/f0" progress=false
-[ -f "$OUT/probe/ftheta/metrics.json" ] ||
-  python evaluate.py experiment=probe data=hotpotqa data.split=test encoder.adapter="$ADAPTER" hydra.run.dir="$OUT/probe/ftheta" progress=false
+# 3-4 with fθ; lane f0 has run the rest meanwhile.
+probe ftheta "$ADAPTER"
 step probe
-
-# 4. Evidence without an LLM (one multirun; each run resumes its questions).
-[ -f "$OUT/evidence/.done" ] || {
-  python evaluate.py -m +ablation=evidence adapter="$ADAPTER" variant=full,f0,no_projection,flat_matched \
-    retrieval.k=5 tree.branching=2 data=hotpotqa,nq,ottqa,tatqa hydra.sweep.dir="$OUT/evidence" progress=false
-  mkdir -p "$OUT/evidence" && touch "$OUT/evidence/.done"
-}
+evidence ftheta full,flat_matched "$ADAPTER"
 step evidence
-
-# 5. End-to-end QA demonstration with the local Qwen2.5-1.5B as critic and reader (each question's own
-# delivered items as the pool: retriever=candidates; the paired comparison uses the unified corpus).
-for variant in "canopy:method=canopy" "vanilla:method=vanilla"; do
-  name=${variant%%:*}
-  # shellcheck disable=SC2086
-  python evaluate.py experiment=quickstart_eval data=hotpotqa limit="$N" ${variant#*:} \
-    encoder.adapter="$ADAPTER" hydra.run.dir="$OUT/eval/hotpotqa/$name" progress=false
-done
+if ! wait "$LANE"; then
+  echo "lane f0 failed; its log: $OUT/lane_f0.log" >&2 && tail -20 "$OUT/lane_f0.log" >&2 && exit 1
+fi
+trap - EXIT
+step wait_f0
+# 5. Both cores are free again: the LLM decodes on two threads.
+demo canopy method=canopy encoder.adapter="$ADAPTER" llm.n_threads=2
 step qa
 
 # 6. Tables (markdown + CSV) from the run folders.

@@ -49,10 +49,35 @@ def test_rerun_skips_finished_training_and_probes(tmp_path: Path) -> None:
     first = _run(work, calls)
     assert sum(c.startswith("train.py") for c in first) == 1
     assert sum("experiment=probe" in c for c in first) == 2
-    assert sum("+ablation=evidence" in c for c in first) == 1
-    assert (work / "out" / "timings.tsv").read_text().count("\n") == 6  # one line per step
+    assert sum("+ablation=evidence" in c for c in first) == 2  # lane f0 (f0, keep-whole) and lane fθ
+    steps = [line.split("\t")[0] for line in (work / "out" / "timings.tsv").read_text().splitlines()]
+    assert sorted(steps) == sorted(
+        ["setup", "train", "probe", "evidence", "wait_f0", "qa", "tables", "f0:probe", "f0:evidence", "f0:qa"]
+    )
+    # Every evaluation of either lane runs on one thread, so the two lanes never oversubscribe 2 cores.
+    assert all("threads=1" in c for c in first if c.startswith("evaluate.py") and "method=canopy" not in c)
 
     second = _run(work, calls)
     assert not any(c.startswith("train.py") for c in second), second
     assert not any("experiment=probe" in c for c in second), second  # the old script reran both probes
     assert not any("+ablation=evidence" in c for c in second), second
+
+
+def test_failing_side_lane_fails_the_script(tmp_path: Path) -> None:
+    """A crash in lane f0 (beside training) must fail the run, not vanish in the background."""
+    work = tmp_path / "checkout"
+    (work / "scripts").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts" / "quickstart.sh", work / "scripts" / "quickstart.sh")
+    bin_dir = work / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    failing = STAND_IN_PYTHON.replace("exit 0", 'case "$*" in *method=vanilla*) exit 3 ;; esac\nexit 0')
+    (bin_dir / "python").write_text(failing)
+    (bin_dir / "python").chmod(0o755)
+    (bin_dir / "activate").write_text(f'export PATH="{bin_dir}:$PATH"\n')
+    calls = tmp_path / "calls.txt"
+    calls.write_text("")
+    env = {**os.environ, "SKIP_SETUP": "1", "OUT": str(work / "out"), "N": "1", "CALLS": str(calls)}
+    out = subprocess.run(["bash", "scripts/quickstart.sh"], cwd=work, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert "lane f0 failed" in out.stderr
+    assert not (work / "out" / "tables").exists()

@@ -12,16 +12,16 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
+from loopback import LoopbackServer
 
 from canopy_lit.llm import LLMCritic, LLMError, ParseStats, user
 from canopy_lit.llm.openai import OpenAILLM
 
 
-class _Proxy:
+class _Proxy(LoopbackServer):
     """Forwards POSTs to the real server, recording concurrency and headers; can inject 503s."""
 
     def __init__(self, upstream: str, fail_first: int = 0) -> None:
@@ -29,43 +29,26 @@ class _Proxy:
         self.in_flight = self.max_in_flight = self.requests = 0
         self.auth: list[str | None] = []
         self.lock = threading.Lock()
-        proxy = self
+        super().__init__(self._forward)
+        self.url = self.root
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:  # keep test output clean
-                pass
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                with proxy.lock:
-                    proxy.requests += 1
-                    n = proxy.requests
-                    proxy.auth.append(self.headers.get("Authorization"))
-                    proxy.in_flight += 1
-                    proxy.max_in_flight = max(proxy.max_in_flight, proxy.in_flight)
-                try:
-                    if n <= proxy.fail_first:
-                        status, data = 503, b'{"error": "warming up"}'
-                    else:
-                        r = httpx.post(proxy.upstream + self.path, content=body,
-                                       headers={"Content-Type": "application/json"}, timeout=120)  # fmt: skip
-                        status, data = r.status_code, r.content
-                finally:
-                    with proxy.lock:
-                        proxy.in_flight -= 1
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def _forward(self, path: str, body: bytes, headers) -> tuple[int, bytes]:
+        with self.lock:
+            self.requests += 1
+            n = self.requests
+            self.auth.append(headers.get("Authorization"))
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if n <= self.fail_first:
+                return 503, b'{"error": "warming up"}'
+            r = httpx.post(
+                self.upstream + path, content=body, headers={"Content-Type": "application/json"}, timeout=120
+            )
+            return r.status_code, r.content
+        finally:
+            with self.lock:
+                self.in_flight -= 1
 
 
 @pytest.fixture
@@ -80,7 +63,9 @@ def test_round_trip_against_real_llamacpp_server(smollm2_llm, proxy, monkeypatch
     llm = OpenAILLM("smollm2", base_url=proxy.url + "/v1", api_key_env="CANOPY_TEST_API_KEY", timeout=60)
     r = llm.chat([user("Name a colour.")], max_tokens=4, logprobs=3, role="reader")
     assert r.text and r.prompt_tokens > 0 and r.completion_tokens > 0 and r.top_logprobs
-    v = LLMCritic(llm, mode="json", max_tokens=32, stats=ParseStats()).judge("Who wrote Hamlet?", ["Hamlet is a play."])
+    v = LLMCritic(llm, mode="json", max_tokens=32, stats=ParseStats()).judge(
+        "Who wrote Hamlet?", ["Hamlet is a play."]
+    )
     assert v.parsed and isinstance(v.sufficient, bool)
     assert proxy.auth and set(proxy.auth) == {"Bearer sk-test-123"}  # key came from the environment only
     text = "Tokens counted by the server's own tokenizer."

@@ -8,11 +8,10 @@ redacted, and a 200 that carries an error turned into an ``LLMError``.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from loopback import LoopbackServer
 
 pytest.importorskip("openai", reason="needs the openai extra: pip install -e '.[openai]'")
 
@@ -28,40 +27,26 @@ COMPLETION = {
 }  # fmt: skip
 
 
-class _Scripted:
+class _Scripted(LoopbackServer):
     """Answers each POST with the next (status, body) of ``replies`` (the last one repeats)."""
 
     def __init__(self) -> None:
         self.replies: list[tuple[int, dict]] = []
         self.paths: list[str] = []
-        srv = self
+        super().__init__(self._reply)
+        self.url = f"{self.root}/v1"
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                srv.paths.append(self.path)
-                status, body = srv.replies.pop(0) if len(srv.replies) > 1 else srv.replies[0]
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def _reply(self, path: str, body: bytes, headers: object) -> tuple[int, bytes]:
+        self.paths.append(path)
+        status, reply = self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
+        return status, json.dumps(reply).encode()
 
 
 @pytest.fixture
 def server() -> Iterator[_Scripted]:
     s = _Scripted()
     yield s
-    s.server.shutdown()
-    s.server.server_close()
+    s.close()
 
 
 def test_usage_cached_tokens_and_logprobs_reach_the_call_log(server: _Scripted) -> None:
