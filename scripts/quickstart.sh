@@ -7,10 +7,11 @@
 #      canopy fθ, canopy f0, keep-whole and flat leaves at canopy's token count (k = 5, B = 2)
 #   5. a small LLM demonstration: canopy vs vanilla on N HotpotQA test questions (Qwen2.5-1.5B)
 #   6. the tables.
-# Two lanes of one thread each: training uses one core, so everything that needs no trained adapter
-# (the f0 probe, the f0 and keep-whole evidence runs, the vanilla demo) runs beside it on the other
-# (lane "f0", log in $OUT/lane_f0.log). One-thread processes side by side beat one two-thread process
-# on 2 cores, and never oversubscribe them.
+# Two lanes of one thread each (one-thread processes side by side beat one two-thread process on
+# 2 cores, and never oversubscribe them). Training holds one core; lane "f0" uses the other for what
+# needs no trained adapter (the f0 probe, the keep-whole evidence runs, which also rank and cache the
+# retrieved items, and the vanilla demo), then takes half of the fθ evidence runs once training is done.
+# Its log: $OUT/lane_f0.log.
 # Every step resumes: rerun the script after an interruption and finished work is skipped.
 # Wall time per step goes to $OUT/timings.tsv (lane f0's steps are prefixed "f0:"). The large paired
 # LLM comparison is its own command (scripts/paired.sh, hours on a CPU).
@@ -35,12 +36,12 @@ probe() {
     python evaluate.py experiment=probe data=hotpotqa data.split=test encoder.adapter="$2" \
       hydra.run.dir="$OUT/probe/$1" "${ONE[@]}"
 }
-# evidence LANE VARIANTS [ADAPTER]: one evidence multirun (no LLM) into $OUT/evidence; each run
-# resumes its questions, and the lane's marker skips it once finished.
+# evidence NAME VARIANTS BENCHMARKS ADAPTER: one evidence multirun (no LLM) into $OUT/evidence; each
+# run resumes its questions, and the marker NAME skips the whole multirun once finished.
 evidence() {
   [ -f "$OUT/evidence/.done_$1" ] && return
-  python evaluate.py -m +ablation=evidence adapter="${3:-null}" variant="$2" retrieval.k=5 tree.branching=2 \
-    data=hotpotqa,nq,ottqa,tatqa hydra.sweep.dir="$OUT/evidence" "${ONE[@]}"
+  python evaluate.py -m +ablation=evidence adapter="$4" variant="$2" retrieval.k=5 tree.branching=2 \
+    data="$3" hydra.sweep.dir="$OUT/evidence" "${ONE[@]}"
   mkdir -p "$OUT/evidence" && touch "$OUT/evidence/.done_$1"
 }
 # demo NAME OVERRIDE...: end-to-end QA with the local Qwen2.5-1.5B as critic and reader on N HotpotQA
@@ -63,10 +64,14 @@ lane_f0() {
   T0=$(date +%s)
   probe f0 null
   step f0:probe
-  evidence f0 f0,no_projection
+  evidence keep_whole no_projection hotpotqa,nq,ottqa,tatqa null
   step f0:evidence
   demo vanilla method=vanilla
   step f0:qa
+  until [ -f "$OUT/train/.done" ]; do sleep 5; done  # the main lane stops this lane if training fails
+  step f0:wait_train
+  evidence ftheta_tables full,flat_matched ottqa,tatqa "$(realpath "$OUT/train/adapter")"
+  step f0:evidence_ftheta
 }
 export -f lane_f0 probe evidence demo step
 export ONE_STR="${ONE[*]}"
@@ -78,13 +83,14 @@ trap 'kill -- -"$LANE" 2>/dev/null || true' EXIT
 if [ ! -f "$OUT/train/adapter/adapter_config.json" ]; then
   python train.py experiment=quickstart hydra.run.dir="$OUT/train"
 fi
+touch "$OUT/train/.done"
 ADAPTER=$(realpath "$OUT/train/adapter")
 step train
 
-# 3-4 with fθ; lane f0 has run the rest meanwhile.
+# 3-4 with fθ (text benchmarks here, tables in lane f0).
 probe ftheta "$ADAPTER"
 step probe
-evidence ftheta full,flat_matched "$ADAPTER"
+evidence ftheta_text full,flat_matched hotpotqa,nq "$ADAPTER"
 step evidence
 if ! wait "$LANE"; then
   echo "lane f0 failed; its log: $OUT/lane_f0.log" >&2 && tail -20 "$OUT/lane_f0.log" >&2 && exit 1

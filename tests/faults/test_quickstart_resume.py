@@ -49,11 +49,15 @@ def test_rerun_skips_finished_training_and_probes(tmp_path: Path) -> None:
     first = _run(work, calls)
     assert sum(c.startswith("train.py") for c in first) == 1
     assert sum("experiment=probe" in c for c in first) == 2
-    assert sum("+ablation=evidence" in c for c in first) == 2  # lane f0 (f0, keep-whole) and lane fθ
+    assert sum("+ablation=evidence" in c for c in first) == 3  # keep-whole; fθ on text; fθ on tables
     steps = [line.split("\t")[0] for line in (work / "out" / "timings.tsv").read_text().splitlines()]
     assert sorted(steps) == sorted(
-        ["setup", "train", "probe", "evidence", "wait_f0", "qa", "tables", "f0:probe", "f0:evidence", "f0:qa"]
+        ["setup", "train", "probe", "evidence", "wait_f0", "qa", "tables"]
+        + ["f0:probe", "f0:evidence", "f0:qa", "f0:wait_train", "f0:evidence_ftheta"]
     )
+    # The fθ runs of lane f0 got the trained adapter (it waited for training), the keep-whole runs none.
+    ftheta = [c for c in first if "variant=full,flat_matched" in c]
+    assert len(ftheta) == 2 and all("/out/train/adapter" in c for c in ftheta), ftheta
     # Every evaluation of either lane runs on one thread, so the two lanes never oversubscribe 2 cores.
     assert all("threads=1" in c for c in first if c.startswith("evaluate.py") and "method=canopy" not in c)
 
