@@ -15,7 +15,9 @@
 # OUT=experiments/runs/paired/<benchmark>/<system>/; commit them, then regenerate the table with
 #   python experiments/paired.py
 # Knobs (environment): ADAPTER (required), OUT, N (default 50), STEP (default 10), BENCHMARKS
-# (default "hotpotqa nq"), THREADS (llama.cpp threads, default 1), RETRIEVAL (bm25 | default | hybrid).
+# (default "hotpotqa nq"), THREADS (llama.cpp threads, default 1), RETRIEVAL (bm25 | default | hybrid),
+# ONLY (a subset of the systems, e.g. ONLY="canopy no_projection": two such jobs side by side, one core
+# each, split one benchmark's work; the pairing is by question id, so it stays exact).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${ADAPTER:?set ADAPTER to a trained adapter folder (train.py writes <run dir>/adapter)}"
@@ -38,6 +40,7 @@ for ((n = STEP; n <= N; n += STEP)); do
   for bench in $BENCHMARKS; do
     for system in "${SYSTEMS[@]}"; do
       name=${system%%:*}
+      [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $name "* ]] || continue
       # shellcheck disable=SC2086
       OMP_NUM_THREADS=1 "$PY" evaluate.py experiment=quickstart_eval data="$bench" data.split=test limit="$n" \
         ${system#*:} retriever=corpus retrieval="$RETRIEVAL" encoder.adapter="$ADAPTER" llm.n_threads="$THREADS" progress=false \
