@@ -156,6 +156,7 @@ class DataModuleSchema:
     branching: int = knob(2, ge=2)
     val_fraction: float = knob(0.1, ge=0, lt=1)
     group_by_item: bool = False
+    hard_negatives: int = knob(0, ge=0)
     pin_memory: bool = False
     persistent_workers: bool = False
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import random
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,7 +58,12 @@ def preference_pairs(tree: Tree, v: int, gold_leaves: Iterable[int] | np.ndarray
 
 @dataclass
 class Instance:
-    """One training instance (q, v, P(v)) on the gold item ``tree``."""
+    """One training instance (q, v, P(v)) on the gold item ``tree``.
+
+    ``hard_negatives`` (opt-in, :func:`add_hard_negatives`): (distractor tree, node id) of nodes from
+    the question's non-gold items; every gold-containing node of {v} ∪ children(v) must beat each of
+    them (:attr:`hard_pairs`). They are kept apart from ``pairs``: P(v) alone is the refinement decision.
+    """
 
     question_id: str
     question: str
@@ -65,6 +71,7 @@ class Instance:
     node: int
     pairs: list[Pair]
     benchmark: str = ""
+    hard_negatives: list[tuple[Tree, int]] = field(default_factory=list)
 
     @property
     def depth(self) -> int:
@@ -74,6 +81,22 @@ class Instance:
     def stop(self) -> bool:
         """A "stop" decision: v is fully gold, so P(v) = v ≻ every child (a partly gold v has g ≻ v pairs)."""
         return bool(self.pairs) and all(a == self.node for a, _ in self.pairs)
+
+    def gold_nodes(self) -> list[int]:
+        """Nodes of {v} ∪ children(v) holding gold, read off P(v).
+
+        v ∈ V_i always overlaps the gold; a fully gold v has only gold children (all of them), a
+        partly gold one exactly the children g of its g ≻ v pairs.
+        """
+        kids = self.tree.children[self.node]
+        if self.stop:
+            return [self.node, *kids]
+        return [self.node, *(c for c in kids if (c, self.node) in self.pairs)]
+
+    @property
+    def hard_pairs(self) -> list[tuple[int, int]]:
+        """(gold node id in ``tree``, index into ``hard_negatives``): every gold node ≻ every hard negative."""
+        return [(g, k) for g in self.gold_nodes() for k in range(len(self.hard_negatives))]
 
 
 def instances_for(
@@ -103,6 +126,76 @@ def pair_holds(tree: Tree, scores: np.ndarray, winner: int, loser: int) -> bool:
 def decision_correct(tree: Tree, scores: np.ndarray, pairs: Sequence[Pair]) -> bool:
     """A refinement decision at v is correct iff every preference in P(v) holds."""
     return all(pair_holds(tree, scores, a, b) for a, b in pairs)
+
+
+def pick_hard_negatives(
+    inst: Instance, distractors: Sequence[str], tree_of: Callable[[str], Tree], n: int
+) -> list[tuple[Tree, int]]:
+    """Up to ``n`` distinct distractor nodes for (q, v), the same on every run and machine.
+
+    Seeded by (question, gold item, v), not a global RNG, so the choice does not depend on the
+    order instances are built in. Distractor items are visited in a seeded order, round-robin, each
+    giving one node per visit: a random node at v's depth, else its root (a shallower tree). Fewer
+    than ``n`` only when the distractors run out of such nodes; trees are built (``tree_of``) only
+    for the items visited.
+    """
+    if n <= 0 or not distractors:
+        return []
+    rng = random.Random(f"{inst.question_id}\0{inst.tree.item.id}\0{inst.node}")  # str seeds: stable hash
+    order = sorted(distractors)  # sorted first: the result must not depend on the candidate order
+    rng.shuffle(order)
+    depth = inst.depth
+    picked: list[tuple[Tree, int]] = []
+    used: set[tuple[str, int]] = set()
+    while len(picked) < n:
+        before = len(picked)
+        for item_id in order:
+            if len(picked) == n:
+                break
+            tree = tree_of(item_id)
+            pool = [u for u in range(len(tree)) if tree.depth[u] == depth and (item_id, u) not in used]
+            if not pool and (item_id, tree.root) not in used:
+                pool = [tree.root]
+            if pool:
+                u = rng.choice(pool)
+                used.add((item_id, u))
+                picked.append((tree, u))
+        if len(picked) == before:  # every distractor exhausted
+            break
+    return picked
+
+
+def add_hard_negatives(
+    instances: Sequence[Instance],
+    questions: Iterable[Question],
+    candidates: Mapping[str, Sequence[str]],
+    items: Mapping[str, Item],
+    hierarchy: Hierarchy,
+    n: int,
+    tree_cache: dict[str, Tree] | None = None,
+) -> int:
+    """Attach ``n`` hard negatives to each instance (in place) from its question's distractor items.
+
+    Distractors: the items delivered with the question (``candidates``) that are not gold and are in
+    ``items``; a question without any gets none. Trees come from ``hierarchy`` (the gold trees' own).
+    Returns the number of hard-negative nodes attached.
+    """
+    trees = tree_cache if tree_cache is not None else {}
+    gold = {q.id: set(q.gold) for q in questions}
+
+    def tree_of(item_id: str) -> Tree:
+        if item_id not in trees:
+            trees[item_id] = hierarchy.build(items[item_id])
+        return trees[item_id]
+
+    added = 0
+    for inst in instances:
+        gold_ids = gold.get(inst.question_id, set())
+        delivered = dict.fromkeys(candidates.get(inst.question_id, ()))
+        distractors = [i for i in delivered if i not in gold_ids and i in items]
+        inst.hard_negatives = pick_hard_negatives(inst, distractors, tree_of, n)
+        added += len(inst.hard_negatives)
+    return added
 
 
 @dataclass

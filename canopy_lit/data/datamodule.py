@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import lightning as L
@@ -26,7 +26,7 @@ from canopy_lit.data.benchmark import load_benchmark
 from canopy_lit.data.splits import split_questions
 from canopy_lit.encoders.base import EncoderInput
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.supervision import Instance, training_instances
+from canopy_lit.supervision import Instance, add_hard_negatives, training_instances
 from canopy_lit.supervision import InstanceStats as SplitStats
 from canopy_lit.types import NodeInput, Question, Tree
 
@@ -34,14 +34,21 @@ log = logging.getLogger(__name__)
 
 Tokenize = Callable[[Sequence[EncoderInput]], dict[str, torch.Tensor]]
 SPLITS = ("train", "val", "test")
+# Hard negatives only shape training: val / test batches stay P(v)-only, so selection and test
+# numbers remain comparable with runs trained without them.
+HARD_NEGATIVE_SPLITS = ("train",)
 
 
 @dataclass
 class Example:
-    """One instance, rendered: node inputs of v and its children, pairs as local indices into ``inputs``."""
+    """One instance, rendered: node inputs of v and its children, pairs as local indices into ``inputs``.
+
+    With hard negatives, their inputs follow the children and their pairs follow P(v)'s, flagged
+    False in ``in_tree`` (empty ``in_tree`` = every pair in the tree).
+    """
 
     question: str
-    inputs: list[NodeInput]  # inputs[0] = v, inputs[1:] = children in leaf order
+    inputs: list[NodeInput]  # inputs[0] = v, then children in leaf order, then hard negatives
     pairs: list[tuple[int, int]]  # (winner, loser) local indices
     tie_ok: list[bool]  # winner is a child of loser (ties hold, as in refinement)
     benchmark: int
@@ -49,6 +56,7 @@ class Example:
     question_id: str = ""
     item_id: str = ""
     stop: bool = False  # v fully gold: refinement should keep it whole (else descend)
+    in_tree: list[bool] = field(default_factory=list)  # per pair: P(v) (True) or cross-item hard negative
 
     @property
     def texts(self) -> list[str]:
@@ -58,25 +66,37 @@ class Example:
 def render_instance(
     inst: Instance, hierarchy: Hierarchy, benchmark_id: int, input_cache: dict | None = None
 ) -> Example:
-    """Node inputs of v and its children (``hierarchy.node_input``, as inference) plus the re-indexed pairs."""
+    """Node inputs of v, its children and its hard negatives (``hierarchy.node_input``, as inference)
+    plus the re-indexed pairs: P(v) first, then gold node ≻ hard negative."""
     tree = inst.tree
-    ids = [inst.node, *tree.children[inst.node]]
-    local = {n: i for i, n in enumerate(ids)}
-    inputs = []
-    for n in ids:
+
+    def render(t: Tree, n: int) -> NodeInput:
         # A node's rendering depends on its item and leaf range only (as in the node-embedding cache).
-        key = (tree.item.id, int(tree.starts[n]), int(tree.ends[n]))
+        key = (t.item.id, int(t.starts[n]), int(t.ends[n]))
         if input_cache is not None and key in input_cache:
-            inputs.append(input_cache[key])
-            continue
-        x = hierarchy.node_input(tree, n)
+            return input_cache[key]
+        x = hierarchy.node_input(t, n)
         if input_cache is not None:
             input_cache[key] = x
-        inputs.append(x)
+        return x
+
+    ids = [inst.node, *tree.children[inst.node]]
+    local = {n: i for i, n in enumerate(ids)}
+    inputs = [render(tree, n) for n in ids] + [render(t, n) for t, n in inst.hard_negatives]
     pairs = [(local[a], local[b]) for a, b in inst.pairs]
     tie_ok = [bool(tree.parent[a] == b) for a, b in inst.pairs]
+    hard = [(local[g], len(ids) + k) for g, k in inst.hard_pairs]
     return Example(
-        inst.question, inputs, pairs, tie_ok, benchmark_id, inst.depth, inst.question_id, tree.item.id, inst.stop
+        inst.question,
+        inputs,
+        pairs + hard,
+        tie_ok + [False] * len(hard),  # across items there is no parent / child tie rule
+        benchmark_id,
+        inst.depth,
+        inst.question_id,
+        tree.item.id,
+        inst.stop,
+        [True] * len(pairs) + [False] * len(hard),
     )
 
 
@@ -232,7 +252,9 @@ class PreferenceCollate:
         ``winner`` / ``loser``: (N, P) rows into the distinct nodes, padded with 0;
         ``mask`` / ``tie_ok``: (N, P) bool; ``benchmark`` / ``depth``: (N,) long;
         ``stop``: (N,) bool, v is fully gold (its pairs are v ≻ every child);
-        ``question_ids`` / ``item_ids``: (N,) the instance's (question, gold item).
+        ``question_ids`` / ``item_ids``: (N,) the instance's (question, gold item);
+        ``pair_in_tree``: (N, P) bool, only when some example has hard negatives: True for P(v)'s pairs,
+        False for gold node ≻ distractor node (the loss reads ``mask``, decision metrics only these).
     """
 
     def __init__(self, tokenize: Tokenize | None = None) -> None:
@@ -287,6 +309,7 @@ class PreferenceCollate:
         loser = torch.zeros(n, p, dtype=torch.long)
         mask = torch.zeros(n, p, dtype=torch.bool)
         tie_ok = torch.zeros(n, p, dtype=torch.bool)
+        in_tree = torch.zeros(n, p, dtype=torch.bool)
         qidx = torch.empty(n, dtype=torch.long)
         for i, e in enumerate(examples):
             rows = []
@@ -297,8 +320,10 @@ class PreferenceCollate:
                     node_inputs.append(x)
                 rows.append(node_row[k])
             qidx[i] = query_row.setdefault(e.question, len(query_row))
-            for k, ((a, b), tie) in enumerate(zip(e.pairs, e.tie_ok, strict=True)):
+            flags = e.in_tree or [True] * len(e.pairs)
+            for k, ((a, b), tie, inside) in enumerate(zip(e.pairs, e.tie_ok, flags, strict=True)):
                 winner[i, k], loser[i, k], mask[i, k], tie_ok[i, k] = rows[a], rows[b], True, tie
+                in_tree[i, k] = inside
         batch: dict[str, Any] = {
             "node_texts": [x.text for x in node_inputs],
             "query_texts": list(query_row),
@@ -313,6 +338,8 @@ class PreferenceCollate:
             "question_ids": [e.question_id for e in examples],  # (N,) for logs and sharding checks
             "item_ids": [e.item_id for e in examples],
         }
+        if not torch.equal(in_tree, mask):  # only then: batches without hard negatives stay as they were
+            batch["pair_in_tree"] = in_tree
         if self.tokenize is not None:
             text_only = not any(x.frames for x in node_inputs)
             batch["node_tokens"] = self.tokens(batch["node_texts"] if text_only else node_inputs)
@@ -359,6 +386,9 @@ class PreferenceDataModule(L.LightningDataModule):
         val_fraction: share of training questions moved to validation when the benchmark has no val split.
         group_by_item: training batches keep each (question, gold item)'s instances together, so shared
             nodes are encoded once per batch (cheaper steps; groups are still shuffled).
+        hard_negatives: n > 0 adds, to every train instance, n nodes of its question's distractor items
+            (delivered, not gold) that each gold node of {v} ∪ children(v) must beat in the loss
+            (``supervision.add_hard_negatives``); never in val / test, never in decision accuracy.
     """
 
     def __init__(
@@ -375,8 +405,11 @@ class PreferenceDataModule(L.LightningDataModule):
         seed: int = 0,
         val_fraction: float = 0.1,
         group_by_item: bool = False,
+        hard_negatives: int = 0,
     ) -> None:
         super().__init__()
+        if int(hard_negatives) < 0:
+            raise ValueError(f"datamodule.hard_negatives must be >= 0, got {hard_negatives}")
         in_domain, zero = _named(benchmarks), _named(zero_shot)
         both = sorted(set(in_domain) & set(zero))
         if both:
@@ -407,6 +440,7 @@ class PreferenceDataModule(L.LightningDataModule):
         self.seed = seed
         self.val_fraction = val_fraction
         self.group_by_item = group_by_item
+        self.hard_negatives = int(hard_negatives)
         self.collate = PreferenceCollate()
         self.examples: dict[str, list[Example]] = {}
         self.stats: dict[str, dict[str, SplitStats]] = {}
@@ -484,6 +518,9 @@ class PreferenceDataModule(L.LightningDataModule):
             for s, qs in splits.items():
                 st = SplitStats()
                 insts = training_instances(qs, bench.items, self.hierarchy, name, trees, st)
+                if self.hard_negatives and s in HARD_NEGATIVE_SPLITS:
+                    k = add_hard_negatives(insts, qs, bench.candidates, bench.items, self.hierarchy, self.hard_negatives, trees)
+                    log.info("%s %s: %d hard-negative nodes on %d instances", name, s, k, len(insts))
                 self.stats[name][s] = st
                 out[s].extend(render_instance(x, self.hierarchy, b_id, input_cache) for x in insts)
             log.info(

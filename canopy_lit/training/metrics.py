@@ -74,9 +74,14 @@ class DecisionAccuracy(Metric):
         benchmark: torch.Tensor,
         depth: torch.Tensor,
         stop: torch.Tensor | None = None,
+        in_tree: torch.Tensor | None = None,
     ) -> None:
         """Args: (N, P) scores and masks as in :func:`pairs_hold`; (N,) long ``benchmark`` ids and ``depth``;
-        optional (N,) bool ``stop`` (v fully gold) for the per-type groups."""
+        optional (N,) bool ``stop`` (v fully gold) for the per-type groups; optional (N, P) bool ``in_tree``
+        (the batch's ``pair_in_tree``): only these pairs count, as a refinement decision compares v with
+        its children only, never with another item's nodes (hard negatives are for the loss)."""
+        if in_tree is not None:
+            mask = mask.bool() & in_tree.bool()
         ok = pairs_hold(winner_scores, loser_scores, mask, tie_ok).long()
         nb = max(len(self.benchmarks), 1)
         nd = self.max_depth + 1

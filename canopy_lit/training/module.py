@@ -197,6 +197,7 @@ class NodeEncoderModule(L.LightningModule):
         weight = None
         if self.hparams.stop_weight != 1.0 and "stop" in batch:
             weight = 1.0 + (self.hparams.stop_weight - 1.0) * batch["stop"].to(win.dtype)
+        # mask: P(v)'s pairs and any hard-negative pairs alike, one ranking loss per instance.
         loss = pairwise_ranking_loss(
             win, lose, batch["mask"], self.hparams.scale, margin=self.hparams.margin, weight=weight
         )
@@ -205,7 +206,10 @@ class NodeEncoderModule(L.LightningModule):
 
     def _update(self, metric: DecisionAccuracy, batch: dict[str, Any], f0: bool) -> None:
         win, lose = self.pair_scores(batch, f0=f0, cache=self._eval_cache.setdefault("f0" if f0 else "ft", {}))
-        metric.update(win, lose, batch["mask"], batch["tie_ok"], batch["benchmark"], batch["depth"], batch.get("stop"))
+        metric.update(
+            win, lose, batch["mask"], batch["tie_ok"], batch["benchmark"], batch["depth"], batch.get("stop"),
+            batch.get("pair_in_tree"),  # present only with hard negatives: those pairs are no decision
+        )
 
     def on_validation_epoch_start(self) -> None:
         self._eval_cache = {}
