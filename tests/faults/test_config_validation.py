@@ -48,6 +48,7 @@ def train_problems(*overrides: str) -> list[str]:
         ("loop.reader_max_tokens=0", "loop.reader_max_tokens must be an integer >= 1, got 0"),
         ("limit=0", "limit must be null or an integer >= 1, got 0"),
         ("concurrency=0", "concurrency must be an integer >= 1, got 0"),
+        ("threads=0", "threads must be null or an integer >= 1, got 0"),
         ("critic.mode=maybe", "critic.mode must be one of logprob, json, got 'maybe'"),
         ("+loop.max_round=1", "unknown config key loop.max_round (did you mean loop.max_rounds?)"),
         ("+retrieval.kk=3", "unknown config key retrieval.kk (did you mean retrieval.k?)"),
