@@ -7,6 +7,7 @@ against it cheaply; the implementations are ``FaissRetriever`` (retriever.py), `
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -68,6 +69,17 @@ class SingleQueryMixin:
     ) -> Retrieval:
         """Top-k items for ``query``; ids in ``exclude`` are never returned (k are still returned if possible)."""
         return self.retrieve_batch([query], k, [exclude])[0]  # type: ignore[attr-defined]
+
+
+def record_batch(stats: dict[str, float], results: Sequence[Retrieval], t0: float) -> list[Retrieval]:
+    """Close a batched retrieval started at ``t0`` (``time.perf_counter()``): add the query count and
+    wall time to ``stats`` and give each result its share of that time; returns ``results``."""
+    dt = time.perf_counter() - t0
+    stats["queries"] += len(results)
+    stats["seconds"] += dt
+    for r in results:
+        r.seconds = dt / max(1, len(results))
+    return list(results)
 
 
 def exclusion_sets(queries: Sequence[str], exclude: Sequence[Collection[str]] | None) -> list[frozenset[str]]:

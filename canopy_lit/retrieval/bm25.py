@@ -23,8 +23,9 @@ import numpy as np
 
 from canopy_lit.assets import default_cache_dir
 from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.retrieval.base import Retrieval, SingleQueryMixin, exclusion_sets, record_batch
 from canopy_lit.retrieval.corpus import CorpusStore, render_item
-from canopy_lit.retrieval.retriever import Retrieval, SingleQueryMixin, _slug, exclusion_sets
+from canopy_lit.retrieval.retriever import _slug
 from canopy_lit.types import Item
 
 log = logging.getLogger(__name__)
@@ -140,12 +141,7 @@ class BM25Retriever(SingleQueryMixin):
                 out.append(Retrieval(q, self.corpus.get_many(i for i, _ in hits), [v for _, v in hits]))
         else:
             out = [Retrieval(q, [], []) for q in queries]
-        dt = time.perf_counter() - t0
-        self.stats["queries"] += len(queries)
-        self.stats["seconds"] += dt
-        for r in out:
-            r.seconds = dt / max(1, len(queries))
-        return out
+        return record_batch(self.stats, out, t0)
 
     def scores(self, query: str) -> np.ndarray:
         """BM25 score of every corpus item for ``query``: (N,) float32, row i = ``corpus.ids[i]``."""

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from canopy_lit.retrieval.base import Retrieval, SingleQueryMixin, record_batch
 from canopy_lit.retrieval.bm25 import build_bm25_retriever
-from canopy_lit.retrieval.retriever import Retrieval, SingleQueryMixin, build_retriever
+from canopy_lit.retrieval.retriever import build_retriever
 
 
 def reciprocal_rank_fusion(
@@ -82,12 +83,7 @@ class HybridRetriever(SingleQueryMixin):
             items = {it.id: it for n in names for it in runs[n][i].items}
             fused = reciprocal_rank_fusion([runs[n][i].ids for n in names], weights, self.rrf_k)[:k]
             out.append(Retrieval(q, [items[j] for j, _ in fused], [s for _, s in fused]))
-        dt = time.perf_counter() - t0
-        self.stats["queries"] += len(queries)
-        self.stats["seconds"] += dt
-        for r in out:
-            r.seconds = dt / max(1, len(queries))
-        return out
+        return record_batch(self.stats, out, t0)
 
 
 def build_hybrid_retriever(

@@ -26,6 +26,7 @@ from canopy_lit.retrieval.base import (  # noqa: F401  (re-exported: the stage i
     Retriever,
     SingleQueryMixin,
     exclusion_sets,
+    record_batch,
 )
 from canopy_lit.retrieval.corpus import CorpusStore
 from canopy_lit.retrieval.encode import encode_corpus, f0_fingerprint, load_shards
@@ -73,13 +74,8 @@ class FaissRetriever(SingleQueryMixin):
             res = self.index.search(q[rows], k, exclude=[excl[i] for i in rows], groups=route)
             for r, i in enumerate(rows):
                 out[i] = Retrieval(queries[i], self.corpus.get_many(res.ids[r]), res.scores[r], groups[i])
-        dt = time.perf_counter() - t0
-        self.stats["queries"] += len(queries)
-        self.stats["seconds"] += dt
-        for r in out:
-            assert r is not None
-            r.seconds = dt / max(1, len(queries))
-        return out  # type: ignore[return-value]
+        assert all(r is not None for r in out)
+        return record_batch(self.stats, out, t0)  # type: ignore[arg-type]
 
     def _route(self, query: str) -> list[str] | None:
         chosen = [g for g in self.router.route(query) if g in self.index.groups]

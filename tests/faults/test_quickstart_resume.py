@@ -27,23 +27,33 @@ exit 0
 """
 
 
-def _run(work: Path, calls: Path) -> list[str]:
-    calls.write_text("")
-    env = {**os.environ, "SKIP_SETUP": "1", "OUT": str(work / "out"), "N": "1", "CALLS": str(calls)}
-    out = subprocess.run(["bash", "scripts/quickstart.sh"], cwd=work, env=env, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stdout + out.stderr
-    return calls.read_text().splitlines()
-
-
-def test_rerun_skips_finished_training_and_probes(tmp_path: Path) -> None:
+def _checkout(tmp_path: Path, python: str = STAND_IN_PYTHON) -> Path:
+    """A checkout holding only scripts/quickstart.sh, with ``python`` as its venv's interpreter."""
     work = tmp_path / "checkout"
     (work / "scripts").mkdir(parents=True)
     shutil.copy(ROOT / "scripts" / "quickstart.sh", work / "scripts" / "quickstart.sh")
     bin_dir = work / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
-    (bin_dir / "python").write_text(STAND_IN_PYTHON)
+    (bin_dir / "python").write_text(python)
     (bin_dir / "python").chmod(0o755)
     (bin_dir / "activate").write_text(f'export PATH="{bin_dir}:$PATH"\n')
+    return work
+
+
+def _quickstart(work: Path, calls: Path) -> subprocess.CompletedProcess[str]:
+    calls.write_text("")
+    env = {**os.environ, "SKIP_SETUP": "1", "OUT": str(work / "out"), "N": "1", "CALLS": str(calls)}
+    return subprocess.run(["bash", "scripts/quickstart.sh"], cwd=work, env=env, capture_output=True, text=True, timeout=60)
+
+
+def _run(work: Path, calls: Path) -> list[str]:
+    out = _quickstart(work, calls)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return calls.read_text().splitlines()
+
+
+def test_rerun_skips_finished_training_and_probes(tmp_path: Path) -> None:
+    work = _checkout(tmp_path)
     calls = tmp_path / "calls.txt"
 
     first = _run(work, calls)
@@ -69,19 +79,9 @@ def test_rerun_skips_finished_training_and_probes(tmp_path: Path) -> None:
 
 def test_failing_side_lane_fails_the_script(tmp_path: Path) -> None:
     """A crash in lane f0 (beside training) must fail the run, not vanish in the background."""
-    work = tmp_path / "checkout"
-    (work / "scripts").mkdir(parents=True)
-    shutil.copy(ROOT / "scripts" / "quickstart.sh", work / "scripts" / "quickstart.sh")
-    bin_dir = work / ".venv" / "bin"
-    bin_dir.mkdir(parents=True)
     failing = STAND_IN_PYTHON.replace("exit 0", 'case "$*" in *method=vanilla*) exit 3 ;; esac\nexit 0')
-    (bin_dir / "python").write_text(failing)
-    (bin_dir / "python").chmod(0o755)
-    (bin_dir / "activate").write_text(f'export PATH="{bin_dir}:$PATH"\n')
-    calls = tmp_path / "calls.txt"
-    calls.write_text("")
-    env = {**os.environ, "SKIP_SETUP": "1", "OUT": str(work / "out"), "N": "1", "CALLS": str(calls)}
-    out = subprocess.run(["bash", "scripts/quickstart.sh"], cwd=work, env=env, capture_output=True, text=True, timeout=60)
+    work = _checkout(tmp_path, failing)
+    out = _quickstart(work, tmp_path / "calls.txt")
     assert out.returncode != 0
     assert "lane f0 failed" in out.stderr
     assert not (work / "out" / "tables").exists()
