@@ -49,8 +49,9 @@ evidence() {
 # comparison uses the unified corpus). A rerun resumes from predictions.jsonl.
 demo() {
   local name=$1; shift
-  python evaluate.py experiment=quickstart_eval data=hotpotqa limit="$N" "$@" \
-    hydra.run.dir="$OUT/eval/hotpotqa/$name" "${ONE[@]}"
+  # the caller's overrides last: on Hydra's command line the last value of a key wins
+  python evaluate.py experiment=quickstart_eval data=hotpotqa limit="$N" "${ONE[@]}" "$@" \
+    hydra.run.dir="$OUT/eval/hotpotqa/$name"
 }
 
 [ "${SKIP_SETUP:-0}" = 1 ] || bash scripts/setup.sh
@@ -98,7 +99,7 @@ fi
 trap - EXIT
 step wait_f0
 # 5. Both cores are free again: the LLM decodes on two threads.
-demo canopy method=canopy encoder.adapter="$ADAPTER" llm.n_threads=2
+demo canopy method=canopy encoder.adapter="$ADAPTER" threads=2 llm.n_threads=2
 step qa
 
 # 6. Tables (markdown + CSV) from the run folders.

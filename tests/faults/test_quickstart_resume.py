@@ -70,6 +70,9 @@ def test_rerun_skips_finished_training_and_probes(tmp_path: Path) -> None:
     assert len(ftheta) == 2 and all("/out/train/adapter" in c for c in ftheta), ftheta
     # Every evaluation of either lane runs on one thread, so the two lanes never oversubscribe 2 cores.
     assert all("threads=1" in c for c in first if c.startswith("evaluate.py") and "method=canopy" not in c)
+    # The canopy demo runs after both lanes, on both cores: its own value is the last one on the line.
+    canopy = next(c for c in first if "method=canopy" in c).split()
+    assert [a for a in canopy if a.startswith("llm.n_threads=")][-1] == "llm.n_threads=2", canopy
 
     second = _run(work, calls)
     assert not any(c.startswith("train.py") for c in second), second
