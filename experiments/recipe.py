@@ -35,7 +35,7 @@ def _overrides(run: Path) -> str:
     path = run / ".hydra" / "overrides.yaml"
     if not path.is_file():
         return ""
-    keep = [o for o in yaml.safe_load(path.read_text()) or [] if not o.startswith(("hydra.", "experiment=", "trainer.max_time"))]
+    keep = [o for o in yaml.safe_load(path.read_text()) or [] if not o.startswith(("hydra.", "experiment=", "trainer.max_time", "datamodule.options.nq.max_questions.test"))]
     return " ".join(f"`{o}`" for o in keep) or "(quickstart default)"
 
 
