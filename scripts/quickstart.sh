@@ -76,9 +76,10 @@ lane_f0() {
 }
 export -f lane_f0 probe evidence demo step
 export ONE_STR="${ONE[*]}"
-setsid bash -c 'ONE=($ONE_STR); lane_f0' > "$OUT/lane_f0.log" 2>&1 &
+SETSID=$(command -v setsid || true)  # util-linux; without it (macOS) a failure stops only the lane's shell
+$SETSID bash -c 'ONE=($ONE_STR); lane_f0' > "$OUT/lane_f0.log" 2>&1 &
 LANE=$!
-trap 'kill -- -"$LANE" 2>/dev/null || true' EXIT
+trap 'kill -- -"$LANE" 2>/dev/null || kill "$LANE" 2>/dev/null || true' EXIT
 
 # 2. Train (skipped when the adapter exists).
 if [ ! -f "$OUT/train/adapter/adapter_config.json" ]; then
