@@ -61,7 +61,7 @@ fi
 python -m pip install -q --upgrade pip
 install_torch
 # openai: the official client behind llm=openai (small, pure Python)
-python -m pip install -q -e ".[dev,video,openai]"
+python -m pip install -q -e ".[dev,video,openai,parallel]"
 
 # Tesseract OCR for the CPU visual describer (Debian/Ubuntu; skipped elsewhere or without root).
 if ! command -v tesseract >/dev/null 2>&1; then

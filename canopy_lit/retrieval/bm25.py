@@ -104,13 +104,26 @@ class BM25Retriever(SingleQueryMixin):
         corpus: ``CorpusStore`` or ``ItemPool``.
         settings: the tokenisation the index was built with (queries must use the same).
         n_threads: bm25s query threads (0 = all cores; 1 on shared CPUs).
+        router: optional modality router (``route(query) -> list of modality names``, UniversalRAG):
+            a routed query scores only items of those modalities (a bm25s weight mask over the one
+            index: the same ranking as one index per modality, without building them).
     """
 
     index: bm25s.BM25
     corpus: Any
     settings: BM25Settings = field(default_factory=BM25Settings)
     n_threads: int = 1
+    router: Any = None
     stats: dict[str, float] = field(default_factory=lambda: {"queries": 0, "seconds": 0.0})
+
+    def __post_init__(self) -> None:
+        mods = getattr(self.corpus, "modalities", None)
+        if mods is None:  # ItemPool
+            mods = [self.corpus.modality(i) for i in self.corpus.ids]
+        self._modalities = np.asarray(mods, dtype=object)  # (N,) modality of document i
+        self.groups = sorted(set(self._modalities.tolist()))
+        if self.router is not None and hasattr(self.router, "restrict"):
+            self.router.restrict(self.groups)  # never offer the LLM a modality the corpus lacks
 
     @classmethod
     def from_items(
@@ -130,18 +143,34 @@ class BM25Retriever(SingleQueryMixin):
         excl = exclusion_sets(queries, exclude)
         out: list[Retrieval] = []
         n = len(self.corpus)
-        if queries and n and k > 0:
-            # Over-fetch by the largest exclude set so that k survive the filter.
-            depth = min(n, k + max(len(e) for e in excl))
-            tokens = self.settings.tokenize(queries, vocab=False)
-            rows, scores = self.index.retrieve(tokens, k=depth, show_progress=False, n_threads=self.n_threads)
-            for q, e, r, s in zip(queries, excl, rows, scores, strict=True):
+        if not (queries and n and k > 0):
+            return record_batch(self.stats, [Retrieval(q, [], []) for q in queries], t0)
+        # Over-fetch by the largest exclude set so that k survive the filter.
+        depth = min(n, k + max(len(e) for e in excl))
+        routes = [self._route(q) for q in queries] if self.router is not None else [None] * len(queries)
+        by_route: dict[tuple[str, ...] | None, list[int]] = {}
+        for i, g in enumerate(routes):
+            by_route.setdefault(tuple(g) if g is not None else None, []).append(i)
+        results: list[Retrieval | None] = [None] * len(queries)
+        for route, rows in by_route.items():
+            # Items outside the routed modalities get weight 0, so they score 0 and are dropped below.
+            mask = None if route is None else np.isin(self._modalities, route).astype(np.float32)
+            tokens = self.settings.tokenize([queries[i] for i in rows], vocab=False)
+            ids, scores = self.index.retrieve(
+                tokens, k=depth, show_progress=False, n_threads=self.n_threads, weight_mask=mask
+            )
+            for i, r, s in zip(rows, ids, scores, strict=True):
                 hits = [(self.corpus.ids[int(j)], float(v)) for j, v in zip(r, s, strict=True) if v > 0]
-                hits = [(i, v) for i, v in hits if i not in e][:k]
-                out.append(Retrieval(q, self.corpus.get_many(i for i, _ in hits), [v for _, v in hits]))
-        else:
-            out = [Retrieval(q, [], []) for q in queries]
+                hits = [(h, v) for h, v in hits if h not in excl[i]][:k]
+                results[i] = Retrieval(
+                    queries[i], self.corpus.get_many(h for h, _ in hits), [v for _, v in hits], routes[i]
+                )
+        out = [r for r in results if r is not None]
         return record_batch(self.stats, out, t0)
+
+    def _route(self, query: str) -> list[str] | None:
+        chosen = [g for g in self.router.route(query) if g in self.groups]
+        return chosen or None  # a route to modalities this corpus lacks falls back to all of them
 
     def scores(self, query: str) -> np.ndarray:
         """BM25 score of every corpus item for ``query``: (N,) float32, row i = ``corpus.ids[i]``."""
@@ -204,19 +233,18 @@ def build_bm25_retriever(
             with the dense retriever of the same benchmarks; default ``$CANOPY_LIT_HOME/retrieval``).
         k1, b, method, stemmer, stopwords: ``BM25Settings``.
         n_threads: bm25s query threads.
-        routing, router: modality routing is a dense-index feature; ``routing=True`` raises.
+        routing, router: route each query to the modalities ``router`` picks (UniversalRAG, e.g. an
+            ``LLMModalityRouter``); ``routing=True`` without a router raises.
     """
-    if routing:
-        raise ValueError(
-            "retrieval.routing=true is not supported by the BM25 retriever (use retrieval=default)"
-        )
+    if routing and router is None:
+        raise ValueError("retrieval.routing=true needs a router (the LLM layer's ModalityRouter)")
     names = [x.lower() for x in benchmarks]
     opts = {n: dict(v) for n, v in (benchmark_options or {}).items()} or None
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir("retrieval")
     corpus = CorpusStore.from_benchmarks(names, cache / f"corpus-{_slug(names, opts)}.jsonl", options=opts)
     settings = BM25Settings(k1=k1, b=b, method=method, stemmer=stemmer, stopwords=stopwords)
     index = load_or_build_index(corpus, settings, cache)
-    return BM25Retriever(index, corpus, settings, n_threads=n_threads)
+    return BM25Retriever(index, corpus, settings, n_threads=n_threads, router=router if routing else None)
 
 
 build_bm25_retriever.needs_encoder = False  # type: ignore[attr-defined]  # evaluate_retrieval skips loading one

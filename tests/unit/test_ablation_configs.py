@@ -72,3 +72,28 @@ def test_probe_defaults_to_held_out_questions(hydra_ctx) -> None:
     # train/val hold the adapter's own training questions: the probe's own command must not score them.
     assert compose("evaluate", overrides=["experiment=probe"]).data.split == "test"
     assert compose("evaluate", overrides=["+ablation=probe"]).data.split == "test"
+
+
+QA_STUDIES = ["main", "components", "branching", "k", "flat", "exclude_seen"]
+
+
+@pytest.mark.parametrize("study", QA_STUDIES)
+def test_qa_studies_report_the_unified_corpus(hydra_ctx, study: str) -> None:
+    # The reported setting retrieves from one corpus of every benchmark, even under the CPU preset,
+    # whose own scope is each question's delivered items; that scope stays a labelled override.
+    for extra in ([], ["experiment=quickstart_eval"]):
+        cfg = compose("evaluate", overrides=[f"+ablation={study}", *extra], return_hydra_config=True)
+        assert cfg.hydra.runtime.choices.retriever == "corpus"
+        assert cfg.retrieval._target_.endswith("build_bm25_retriever")
+        assert sorted(cfg.retrieval.benchmarks) == ["hotpotqa", "nq", "ottqa", "tatqa"]
+    cfg = compose("evaluate", overrides=[f"+ablation={study}", "experiment=quickstart_eval", "retriever=candidates"],
+                  return_hydra_config=True)
+    assert cfg.hydra.runtime.choices.retriever == "candidates"
+
+
+def test_studies_run_in_parallel_lanes_with_the_joblib_launcher(hydra_ctx) -> None:
+    # `hydra/launcher=joblib hydra.launcher.n_jobs=2`: one grid point per core (the main table's recipe).
+    cfg = compose("evaluate", overrides=["+ablation=main", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"],
+                  return_hydra_config=True)
+    assert cfg.hydra.launcher._target_ == "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"
+    assert cfg.hydra.launcher.n_jobs == 2

@@ -68,6 +68,41 @@ def test_retrieve_interface_and_exclude(dev_slice) -> None:
     assert r.stats["queries"] >= 6
 
 
+class FixedRouter:
+    """Routes every query to fixed modalities and records what it was offered (the LLM router's interface)."""
+
+    def __init__(self, route: list[str]) -> None:
+        self.to, self.offered, self.calls = route, None, 0
+
+    def restrict(self, groups) -> None:
+        self.offered = list(groups)
+
+    def route(self, query: str) -> list[str]:
+        self.calls += 1
+        return self.to
+
+
+def test_modality_routing_scores_only_the_routed_modalities(dev_slice) -> None:
+    # UniversalRAG on the BM25 corpus (its main-table setting): this raised before.
+    items, questions = dev_slice
+    table = items[-1]
+    row = " ".join(str(c) for c in table.table.rows[0][:2])
+    plain = BM25Retriever.from_items(items)
+    assert plain.retrieve(row, k=3).ids[0] == table.id
+    to_text = BM25Retriever.from_items(items, router=FixedRouter(["text"]))
+    assert to_text.router.offered == ["table", "text"]  # only modalities the corpus holds
+    res = to_text.retrieve(row, k=3)
+    assert table.id not in res.ids and res.groups == ["text"]
+    # within the routed modality, the order is plain BM25's order
+    assert res.ids == [i for i in plain.retrieve(row, k=len(items)).ids if i != table.id][: len(res)]
+    to_table = BM25Retriever.from_items(items, router=FixedRouter(["table"]))
+    assert to_table.retrieve(questions[0].text, k=3).ids in ([], [table.id])
+    assert to_table.retrieve(row, k=3).ids == [table.id]
+    # a route to a modality the corpus lacks falls back to every item
+    nowhere = BM25Retriever.from_items(items, router=FixedRouter(["video"]))
+    assert nowhere.retrieve(row, k=3).ids == plain.retrieve(row, k=3).ids
+
+
 def test_settings_change_the_ranking_not_silently_ignored(dev_slice) -> None:
     items, questions = dev_slice
     plain = BM25Retriever.from_items(items, BM25Settings(stemmer=None, stopwords=None))
