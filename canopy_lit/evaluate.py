@@ -60,7 +60,9 @@ def run_probe(cfg: DictConfig) -> dict[str, float]:
     bench, questions = load_questions(cfg, notify)
     bench.require(gold_questions(questions, bench.items), "questions with located gold evidence to probe")
     hierarchy: Hierarchy = instantiate(cfg.tree)
-    probe = RefinementProbe(hierarchy, NodeScorer(build_encoder(cfg), hierarchy))
+    # δ of the refinement rule; only CANOPY's refiner has one (the probe judges parent-relative decisions).
+    margin = float(cfg.refine.get("descend_margin", 0.0))
+    probe = RefinementProbe(hierarchy, NodeScorer(build_encoder(cfg), hierarchy), descend_margin=margin)
     for q in track(questions, description="probe", disable=not cfg.get("progress", True)):
         probe.add(q, bench.items, bench.candidates.get(q.id, ()))
     metrics = {**probe.metrics(), **bench.skip_metrics()}
@@ -69,7 +71,10 @@ def run_probe(cfg: DictConfig) -> dict[str, float]:
     cols = ["decision_accuracy", "gold_recall", "pruned_share", "kept_token_ratio", "distractor_kept_token_ratio", "n_nodes"]
     row = {c: metrics.get(f"probe/{c}") for c in cols}
     row["benchmark"] = cfg.data.name
-    setting = f"benchmark={cfg.data.name} split={cfg.data.get('split')} B={cfg.tree.branching} encoder={cfg.encoder.get('backbone')} adapter={cfg.encoder.get('adapter')}"
+    setting = (
+        f"benchmark={cfg.data.name} split={cfg.data.get('split')} B={cfg.tree.branching} "
+        f"encoder={cfg.encoder.get('backbone')} adapter={cfg.encoder.get('adapter')} descend_margin={margin:g}"
+    )
     write_run_outputs(out_dir, metrics, markdown_table([row], ["benchmark", *cols], setting))
     return metrics
 

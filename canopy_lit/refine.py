@@ -19,12 +19,14 @@ import numpy as np
 from canopy_lit.types import Tree
 
 
-def parent_relative(tree: Tree, scores: Sequence[float] | np.ndarray) -> list[int]:
+def parent_relative(tree: Tree, scores: Sequence[float] | np.ndarray, descend_margin: float = 0.0) -> list[int]:
     """Algorithm 1: keep and refine every child scoring >= its parent; if none does, keep the parent.
 
     Args:
         tree: the item's region tree.
         scores: (num_nodes,) node scores s(q, v), indexed by node id.
+        descend_margin: δ; a child is kept iff s(c) >= s(v) + δ. 0 is the paper's rule; δ > 0 keeps
+            parents whole more often (more gold recall, more tokens), δ < 0 descends more.
 
     Returns:
         Retained node ids in leaf order; pairwise non-ancestral and never empty.
@@ -38,7 +40,7 @@ def parent_relative(tree: Tree, scores: Sequence[float] | np.ndarray) -> list[in
         sv = s[v]
         refined = False
         for c in reversed(children[v]):
-            if s[c] >= sv:
+            if s[c] >= sv + descend_margin:
                 stack.append(c)
                 refined = True
         if not refined:
@@ -51,7 +53,7 @@ NodeScoreFn = Callable[[Sequence[Sequence[int]]], Sequence[np.ndarray]]
 
 
 def parent_relative_lazily(
-    trees: Sequence[Tree], score_nodes: NodeScoreFn, skip: Sequence[bool] | None = None
+    trees: Sequence[Tree], score_nodes: NodeScoreFn, skip: Sequence[bool] | None = None, descend_margin: float = 0.0
 ) -> tuple[list[list[int]], list[np.ndarray]]:
     """Algorithm 1 scoring only the nodes it reads, one tree level at a time across all trees.
 
@@ -64,6 +66,7 @@ def parent_relative_lazily(
         trees: the round's region trees.
         score_nodes: batched scorer of requested node ids (see ``NodeScoreFn``).
         skip: trees to keep whole without scoring (e.g. tables of aggregation questions).
+        descend_margin: δ of ``parent_relative``.
 
     Returns:
         (kept node ids per tree in leaf order, scores per tree with NaN where a node was never scored)
@@ -84,7 +87,8 @@ def parent_relative_lazily(
         for t, s, ex, out in zip(trees, scores, expand, kept, strict=True):
             deeper = []
             for v in ex:
-                up = [c for c in t.children[v] if s[c] >= s[v]]
+                # float(): compare in float64 like the eager path (float32 + δ would round differently)
+                up = [c for c in t.children[v] if float(s[c]) >= float(s[v]) + descend_margin]
                 if up:
                     deeper.extend(up)
                 else:
@@ -140,25 +144,30 @@ class ParentRelativeRefiner:
     Args:
         lazy: let the pipeline score only the nodes the refinement reads (``refine_lazily``);
             same decisions, fewer node encodings when nothing is cached. False = score every node.
+        descend_margin: δ of ``parent_relative`` (0 = the paper): an inference-time knob, chosen on
+            a validation probe, that trades kept tokens for gold recall without retraining.
     """
 
     name = "parent_relative"
     needs_scores = True
 
-    def __init__(self, lazy: bool = True) -> None:
+    def __init__(self, lazy: bool = True, descend_margin: float = 0.0) -> None:
         self.lazy = lazy
+        self.descend_margin = float(descend_margin)
 
     def __call__(
         self, trees: Sequence[Tree], scores: Sequence[np.ndarray], aggregation: Sequence[bool] | None = None
     ) -> list[list[int]]:
         agg = aggregation or [False] * len(trees)
-        return [[0] if a else parent_relative(t, s) for t, s, a in zip(trees, scores, agg, strict=True)]
+        return [
+            [0] if a else parent_relative(t, s, self.descend_margin) for t, s, a in zip(trees, scores, agg, strict=True)
+        ]
 
     def refine_lazily(
         self, trees: Sequence[Tree], score_nodes: NodeScoreFn, aggregation: Sequence[bool] | None = None
     ) -> list[list[int]]:
         """Same decisions as ``__call__``, encoding only the nodes the refinement reads."""
-        return parent_relative_lazily(trees, score_nodes, aggregation)[0]
+        return parent_relative_lazily(trees, score_nodes, aggregation, self.descend_margin)[0]
 
 
 class KeepWholeRefiner:

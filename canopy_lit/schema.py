@@ -118,6 +118,7 @@ class TreeSchema:
 class RefineSchema:
     m: int = knob(10, ge=1)
     lazy: bool = True
+    descend_margin: float = knob(0.0, ge=-1.0, le=1.0)  # δ on cosine scores: |δ| > 1 is a typo, not a setting
 
 
 @dataclass

@@ -112,20 +112,24 @@ def instances_for(
     ]
 
 
-def pair_holds(tree: Tree, scores: np.ndarray, winner: int, loser: int) -> bool:
+def pair_holds(tree: Tree, scores: np.ndarray, winner: int, loser: int, descend_margin: float = 0.0) -> bool:
     """Does the scorer agree with ``winner ≻ loser`` as refinement would act on it?
 
-    A child beats its parent when it scores >= the parent (refinement keeps it);
-    every other preference needs a strictly higher score.
+    A child beats its parent when it scores >= the parent + δ (refinement keeps it); a parent beats
+    a child when the child scores below the parent + δ (refinement drops it); any other preference
+    needs a strictly higher score. δ (``descend_margin``) = 0 is the paper's rule.
     """
+    w, lo = float(scores[winner]), float(scores[loser])  # float64, as parent_relative compares
     if tree.parent[winner] == loser:
-        return bool(scores[winner] >= scores[loser])
-    return bool(scores[winner] > scores[loser])
+        return w >= lo + descend_margin
+    if tree.parent[loser] == winner:
+        return lo < w + descend_margin
+    return w > lo
 
 
-def decision_correct(tree: Tree, scores: np.ndarray, pairs: Sequence[Pair]) -> bool:
-    """A refinement decision at v is correct iff every preference in P(v) holds."""
-    return all(pair_holds(tree, scores, a, b) for a, b in pairs)
+def decision_correct(tree: Tree, scores: np.ndarray, pairs: Sequence[Pair], descend_margin: float = 0.0) -> bool:
+    """A refinement decision at v is correct iff every preference in P(v) holds (under δ)."""
+    return all(pair_holds(tree, scores, a, b, descend_margin) for a, b in pairs)
 
 
 def pick_hard_negatives(

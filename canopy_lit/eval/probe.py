@@ -48,10 +48,19 @@ class RefinementProbe:
         hierarchy: tree builders (B).
         scorer: node scorer (its encoder decides f0 vs fθ).
         count_tokens: token counter for kept-token ratios (default: whitespace tokens).
+        descend_margin: δ of the refinement rule (``refine.descend_margin``); decisions are judged
+            under the rule that is applied.
     """
 
-    def __init__(self, hierarchy: Hierarchy, scorer: NodeScorer, count_tokens: Callable[[str], int] = _words) -> None:
+    def __init__(
+        self,
+        hierarchy: Hierarchy,
+        scorer: NodeScorer,
+        count_tokens: Callable[[str], int] = _words,
+        descend_margin: float = 0.0,
+    ) -> None:
         self.hierarchy = hierarchy
+        self.descend_margin = float(descend_margin)
         self.scorer = scorer
         self.count_tokens = count_tokens
         self.decisions: dict[int, list[bool]] = defaultdict(list)  # depth -> correct?
@@ -95,19 +104,19 @@ class RefinementProbe:
             self.nodes_encoded += sum(len(r) for r in requests)
             return self.scorer.score(q, other_trees, requests)
 
-        other_kept = parent_relative_lazily(other_trees, score_others)[0]
+        other_kept = parent_relative_lazily(other_trees, score_others, descend_margin=self.descend_margin)[0]
         self.nodes_encoded += sum(len(trees[i]) for i in gold)
         self.nodes_in_trees += sum(len(t) for t in trees.values())
         for iid, leaves in gold.items():
             tree, scores = trees[iid], all_scores[iid]
             counts = gold_counts(tree, leaves)
             for v in visited_nodes(tree, leaves):
-                ok = decision_correct(tree, scores, preference_pairs(tree, v, counts))
+                ok = decision_correct(tree, scores, preference_pairs(tree, v, counts), self.descend_margin)
                 self.decisions[int(tree.depth[v])].append(ok)
                 self.decisions_by_modality[tree.item.modality.value].append(ok)
                 stop = bool(counts[v] == tree.ends[v] - tree.starts[v])
                 self.decisions_by_kind["stop" if stop else "descend"].append(ok)
-            kept = parent_relative(tree, scores)
+            kept = parent_relative(tree, scores, self.descend_margin)
             kept_leaves = {leaf for v in kept for leaf in tree.leaf_range(v)}
             self.gold_leaves += len(set(leaves))
             self.gold_leaves_kept += len(set(leaves) & kept_leaves)

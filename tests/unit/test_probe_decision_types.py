@@ -38,3 +38,30 @@ def test_probe_splits_decisions_into_stop_and_descend() -> None:
     assert m["probe/decision_accuracy/stop"] == 1.0
     assert m["probe/decision_accuracy/descend"] == 0.0
     assert m["probe/decision_accuracy"] == n_stop / m["probe/n_nodes"]
+
+
+class DepthScorer(ParentFirstScorer):
+    """s(q, v) = depth(v): every child beats its parent by exactly 1."""
+
+    def score(self, query, trees: Sequence[Tree], nodes: Sequence[Sequence[int]] | None = None) -> list[np.ndarray]:
+        return [-s for s in super().score(query, trees, nodes)]
+
+
+def test_probe_judges_decisions_under_the_descend_margin() -> None:
+    # Children lead parents by 1: δ = 0 descends to every leaf, δ = 1.5 keeps every root whole.
+    bench = load_benchmark("hotpotqa")
+    questions = list(bench.questions)[:30]
+    metrics = {}
+    for delta in (0.0, 1.5):
+        probe = RefinementProbe(Hierarchy(2), DepthScorer(), descend_margin=delta)
+        for q in questions:
+            probe.add(q, bench.items, bench.candidates.get(q.id, ()))
+        metrics[delta] = probe.metrics()
+    low, high = metrics[0.0], metrics[1.5]
+    # δ = 0: every stop is wrong (children are refined); a descend is right only where no child is gold-free
+    assert low["probe/decision_accuracy/stop"] == 0.0 and low["probe/decision_accuracy/descend"] < 0.2
+    assert low["probe/gold_recall"] == 1.0 and low["probe/pruned_share"] > 0.5  # split to the leaves, all kept
+    # under δ = 1.5 refinement never descends: every stop decision is right, every descend wrong
+    assert high["probe/decision_accuracy/stop"] == 1.0 and high["probe/decision_accuracy/descend"] == 0.0
+    assert high["probe/gold_recall"] == 1.0 and high["probe/kept_token_ratio"] == 1.0
+    assert high["probe/distractor_kept_token_ratio"] == 1.0 and high["probe/pruned_share"] == 0.0

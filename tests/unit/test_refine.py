@@ -165,3 +165,28 @@ def test_flat_top_m_keeps_nothing_of_an_item_without_a_chosen_leaf() -> None:
     scores[0][leaf_ids(trees[0])] = [0.9, 0.8, 0.7]
     scores[1][leaf_ids(trees[1])] = [0.1, 0.2]
     assert FlatTopMRefiner(m=2)(trees, scores)[1] == []
+
+
+@given(tree_and_scores(), st.sampled_from([-0.15, 0.05, 0.2]))
+def test_descend_margin_moves_the_threshold_and_lazy_matches_eager(ts, delta) -> None:
+    tree, scores = ts
+    scores = scores.astype(np.float32)  # the encoder's dtype, which the lazy path stores
+    kept = parent_relative(tree, scores, descend_margin=delta)
+    s = scores.tolist()  # the rule compares in float64
+    for v in kept:  # a kept node has no child reaching its score + δ
+        assert all(s[c] < s[v] + delta for c in tree.children[v])
+        for a in [v, *tree.ancestors(v)][:-1]:  # every step down cleared the margin
+            assert s[a] >= s[tree.parent[a]] + delta
+    lazily = parent_relative_lazily([tree], lambda req: [scores[r] for r in req], descend_margin=delta)[0][0]
+    assert lazily == kept
+    refiner = ParentRelativeRefiner(descend_margin=delta)
+    assert refiner([tree], [scores]) == [kept]
+    assert refiner.refine_lazily([tree], lambda req: [scores[r] for r in req]) == [kept]
+
+
+@given(tree_and_scores())
+def test_descend_margin_extremes(ts) -> None:
+    tree, scores = ts  # scores lie in [0.1, 0.5]
+    assert parent_relative(tree, scores, descend_margin=0.0) == parent_relative(tree, scores)
+    assert parent_relative(tree, scores, descend_margin=0.5) == [0]  # no child clears the parent by 0.5
+    assert parent_relative(tree, scores, descend_margin=-0.5) == leaf_ids(tree).tolist()  # every child does

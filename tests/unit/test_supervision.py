@@ -121,6 +121,24 @@ def test_a_scorer_satisfying_every_pair_makes_refinement_keep_exactly_the_gold(c
     assert kept_leaves == gs
 
 
+@given(tree_and_gold(), st.sampled_from([-0.2, 0.0, 0.15]), st.randoms(use_true_random=False))
+def test_a_decision_is_judged_correct_iff_refinement_acts_ideally_under_the_margin(case, delta, rnd) -> None:
+    """decision_correct(δ) == "parent-relative refinement with δ does at v what the gold asks".
+
+    Ideal action at a visited v: fully gold -> keep v (refine no child); partly gold -> refine exactly
+    the gold children. Random scores (on a coarse grid, so ties occur) and δ in {-0.2, 0, 0.15}.
+    """
+    tree, gold = case
+    scores = np.array([rnd.choice([0.0, 0.1, 0.15, 0.2, 0.3, 0.5]) for _ in range(len(tree))], dtype=np.float32)
+    counts = gold_counts(tree, gold)
+    for v in visited_nodes(tree, gold):
+        kids = tree.children[v]
+        refined = {c for c in kids if float(scores[c]) >= float(scores[v]) + delta}
+        full = counts[v] == tree.ends[v] - tree.starts[v]
+        ideal = set() if full else {c for c in kids if counts[c] > 0}
+        assert decision_correct(tree, scores, preference_pairs(tree, v, counts), delta) == (refined == ideal)
+
+
 def test_gold_leaves_do_not_depend_on_branching() -> None:
     item = Item("t", "text", text="One sentence here. Another one follows. A third closes. And a fourth.")
     trees = [Hierarchy(b).build(item) for b in (2, 3, 4)]
