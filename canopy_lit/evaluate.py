@@ -32,6 +32,7 @@ from canopy_lit.pipeline.build import build_encoder, build_loop, load_questions
 from canopy_lit.pipeline.scoring import NodeScorer
 from canopy_lit.pipeline.trace import STAGES
 from canopy_lit.retrieval.evaluate import evaluate_retrieval
+from canopy_lit.retrieval.node_cache import NodeEmbeddingCache
 from canopy_lit.schema import validate_eval_config
 
 log = logging.getLogger(__name__)
@@ -62,10 +63,15 @@ def run_probe(cfg: DictConfig) -> dict[str, float]:
     hierarchy: Hierarchy = instantiate(cfg.tree)
     # δ of the refinement rule; only CANOPY's refiner has one (the probe judges parent-relative decisions).
     margin = float(cfg.refine.get("descend_margin", 0.0))
-    probe = RefinementProbe(hierarchy, NodeScorer(build_encoder(cfg), hierarchy), descend_margin=margin)
+    encoder = build_encoder(cfg)
+    # The loop's node-embedding cache: a probe rerun (another δ, B-independent leaves) encodes nothing again.
+    cache_dir = cfg.retrieval.get("node_cache_dir")
+    cache = NodeEmbeddingCache(encoder, hierarchy, cache_dir=Path(cache_dir) if cache_dir else None)
+    probe = RefinementProbe(hierarchy, NodeScorer(encoder, hierarchy, cache), descend_margin=margin)
     for q in track(questions, description="probe", disable=not cfg.get("progress", True)):
         probe.add(q, bench.items, bench.candidates.get(q.id, ()))
     metrics = {**probe.metrics(), **bench.skip_metrics()}
+    metrics.update({f"probe/node_cache/{k}": float(v) for k, v in cache.stats().items()})  # misses = nodes encoded
     with (out_dir / "probe_nodes.jsonl").open("w", encoding="utf-8") as fh:
         fh.writelines(json.dumps(r) + "\n" for r in probe.node_rows)
     cols = ["decision_accuracy", "gold_recall", "pruned_share", "kept_token_ratio", "distractor_kept_token_ratio", "n_nodes"]

@@ -118,3 +118,21 @@ def test_unreadable_data_exits_1_naming_file_and_record(
     assert f"evaluate.py: error: {message.format(path=data)}" in out.stderr
     assert "Traceback" not in out.stderr
     assert records(tmp_path / "run") == []
+
+
+def test_probe_rerun_reads_node_embeddings_from_the_cache_and_applies_the_margin(tmp_path: Path) -> None:
+    # A δ sweep reruns the probe per δ: the second run must encode nothing and judge under its own δ.
+    data = write(tmp_path, json.dumps([hotpot("q1", [["Paris", 0], ["Lyon", 0]]), hotpot("q2", [["Paris", 1]])]))
+    cache = tmp_path / "nodes"
+    common = ("experiment=probe", "data=hotpotqa", f"data.path={data}", "data.split=test", f"retrieval.node_cache_dir={cache}")
+    first = run_script("evaluate.py", tmp_path / "run0", *common)
+    assert first.status == 0, first.stderr[-2000:]
+    second = run_script("evaluate.py", tmp_path / "run1", *common, "refine.descend_margin=1.0")
+    assert second.status == 0, second.stderr[-2000:]
+    m0, m1 = metrics(tmp_path / "run0"), metrics(tmp_path / "run1")
+    assert m0["probe/node_cache/misses"] > 0 and any(cache.iterdir())
+    assert m1["probe/node_cache/misses"] == 0 and m1["probe/node_cache/disk_hits"] == m0["probe/node_cache/misses"]
+    # δ = 1 exceeds any cosine gap between a child and its parent: every item is kept whole
+    assert m1["probe/kept_token_ratio"] == 1.0 and m1["probe/pruned_share"] == 0.0 and m1["probe/gold_recall"] == 1.0
+    assert m0["probe/pruned_share"] > 0.0
+    assert "descend_margin=1" in (tmp_path / "run1" / "table.md").read_text()
