@@ -118,22 +118,112 @@ def probe_plot(probes: Path, out: Path) -> Path | None:
     return out
 
 
+def margin_runs(root: Path) -> list[dict]:
+    """δ-sweep probe runs: ``root/<split>/<scorer>/<hydra subdir>/`` (metrics.json + .hydra/config.yaml)."""
+    out = []
+    for path in sorted(root.glob("*/*/*/metrics.json")) if root.is_dir() else []:
+        cfg = yaml.safe_load((path.parent / ".hydra" / "config.yaml").read_text())
+        out.append({
+            "split": path.parents[2].name, "scorer": path.parents[1].name, "benchmark": cfg["data"]["name"],
+            "delta": float(cfg["refine"].get("descend_margin", 0.0)), "m": json.loads(path.read_text()),
+        })  # fmt: skip
+    return out
+
+
+def choose_margin(runs: Sequence[dict], scorer: str, split: str = "val", benches: Sequence[str] = ("nq", "ottqa")) -> float | None:
+    """The smallest δ at which ``scorer`` keeps at least f0's (δ = 0) gold recall on every benchmark of ``split``.
+
+    The selection reads validation runs only; None when no δ of the grid does (or runs are missing).
+    """
+    def recall(sc: str, b: str, d: float) -> float | None:
+        hit = [r["m"].get("probe/gold_recall") for r in runs if (r["split"], r["scorer"], r["benchmark"], r["delta"]) == (split, sc, b, d)]
+        return hit[0] if hit else None
+
+    deltas = sorted({r["delta"] for r in runs if r["split"] == split and r["scorer"] == scorer})
+    for d in deltas:
+        pairs = [(recall(scorer, b, d), recall("f0", b, 0.0)) for b in benches]
+        if all(a is not None and f is not None for a, f in pairs) and all(a >= f for a, f in pairs):  # type: ignore[operator]
+            return d
+    return None
+
+
+def margin_table(runs: Sequence[dict]) -> str:
+    if not runs:
+        return "_No δ-sweep runs yet._\n"
+    head = ["benchmark", "split", "scorer", "δ", "questions", "decision acc", "stop acc", "descend acc", "gold recall",
+            "kept-token ratio (gold)", "kept-token ratio (distractors)"]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in sorted(runs, key=lambda r: (r["benchmark"], r["split"] != "val", r["scorer"], r["delta"])):
+        m = r["m"]
+        lines.append("| " + " | ".join([
+            r["benchmark"], r["split"], r["scorer"], f"{r['delta']:g}", f"{m.get('probe/n_questions', 0):.0f}",
+            _pct(m.get("probe/decision_accuracy")), _pct(m.get("probe/decision_accuracy/stop")),
+            _pct(m.get("probe/decision_accuracy/descend")), _pct(m.get("probe/gold_recall")),
+            f"{m.get('probe/kept_token_ratio', float('nan')):.3f}", f"{m.get('probe/distractor_kept_token_ratio', float('nan')):.3f}",
+        ]) + " |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def margin_plot(runs: Sequence[dict], out: Path, split: str = "val") -> Path | None:
+    """Decision accuracy vs gold recall over δ: one panel per benchmark, one curve per scorer."""
+    sel = [r for r in runs if r["split"] == split]
+    if not sel:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    benches = sorted({r["benchmark"] for r in sel})
+    fig, axes = plt.subplots(1, len(benches), figsize=(3.4 * len(benches), 3.1), squeeze=False)
+    for ax, bench in zip(axes[0], benches, strict=True):
+        for scorer in sorted({r["scorer"] for r in sel if r["benchmark"] == bench}):
+            pts = sorted(((r["delta"], r["m"]) for r in sel if (r["benchmark"], r["scorer"]) == (bench, scorer)), key=lambda t: t[0])
+            xs = [100 * m.get("probe/gold_recall", float("nan")) for _, m in pts]
+            ys = [100 * m.get("probe/decision_accuracy", float("nan")) for _, m in pts]
+            ax.plot(xs, ys, marker="o", label=scorer)
+            for (d, _), x, y in zip(pts, xs, ys, strict=True):
+                ax.annotate(f"{d:g}", (x, y), textcoords="offset points", xytext=(3, 3), fontsize=6)
+        ax.set_title(f"{bench} ({split}); labels: δ", fontsize=9)
+        ax.set_xlabel("gold recall (%)", fontsize=8)
+        ax.set_ylabel("decision accuracy (%)", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=Path, default=ROOT / "experiments" / "runs" / "recipe")
     ap.add_argument("--out", type=Path, default=ROOT / "experiments" / "tables" / "recipe.md")
     ap.add_argument("--doc", type=Path, default=ROOT / "experiments" / "recipe.md")
     ap.add_argument("--probes", type=Path, default=ROOT / "experiments" / "runs" / "probe")
+    ap.add_argument("--margins", type=Path, default=ROOT / "experiments" / "runs" / "margin")
     args = ap.parse_args(argv)
     body = render(args.runs)
     probes = probe_table(args.probes)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(body + "\n" + probes, encoding="utf-8")
     probe_plot(args.probes, ROOT / "experiments" / "img" / "recipe_accuracy_vs_recall.png")
+    margins = margin_runs(args.margins)
+    margin_body = margin_table(margins)
+    for scorer in sorted({r["scorer"] for r in margins} - {"f0"}):
+        chosen = choose_margin(margins, scorer)
+        margin_body += (
+            f"\nSelected on validation for `{scorer}`: "
+            + (f"δ = {chosen:g}" if chosen is not None else "no δ of the grid")
+            + " (the smallest δ keeping at least f0's gold recall on NQ and OTT-QA val).\n"
+        )
+    margin_plot(margins, ROOT / "experiments" / "img" / "margin_accuracy_vs_recall.png")
     if args.doc.is_file():
         replace_block(args.doc, "recipe", body)
         replace_block(args.doc, "recipe_probe", probes)
-    print(body + "\n" + probes)
+        replace_block(args.doc, "margin", margin_body)
+    print(body + "\n" + probes + "\n" + margin_body)
 
 
 if __name__ == "__main__":
