@@ -119,12 +119,16 @@ def probe_plot(probes: Path, out: Path) -> Path | None:
 
 
 def margin_runs(root: Path) -> list[dict]:
-    """δ-sweep probe runs: ``root/<split>/<scorer>/<hydra subdir>/`` (metrics.json + .hydra/config.yaml)."""
+    """δ-sweep probe runs: ``root/<split>/<scorer>/<hydra subdir>/`` (metrics.json + .hydra/config.yaml).
+
+    The subdir is Hydra's override_dirname, nested where an override holds a path (the adapter).
+    """
     out = []
-    for path in sorted(root.glob("*/*/*/metrics.json")) if root.is_dir() else []:
+    for path in sorted(root.rglob("metrics.json")) if root.is_dir() else []:
         cfg = yaml.safe_load((path.parent / ".hydra" / "config.yaml").read_text())
+        split, scorer = path.relative_to(root).parts[:2]
         out.append({
-            "split": path.parents[2].name, "scorer": path.parents[1].name, "benchmark": cfg["data"]["name"],
+            "split": split, "scorer": scorer, "benchmark": cfg["data"]["name"],
             "delta": float(cfg["refine"].get("descend_margin", 0.0)), "m": json.loads(path.read_text()),
         })  # fmt: skip
     return out
@@ -165,7 +169,8 @@ def margin_table(runs: Sequence[dict]) -> str:
 
 
 def margin_plot(runs: Sequence[dict], out: Path, split: str = "val") -> Path | None:
-    """Decision accuracy vs gold recall over δ: one panel per benchmark, one curve per scorer."""
+    """Over δ, one column per benchmark, one curve per scorer: decision accuracy vs gold recall (top) and
+    gold recall vs kept-token ratio on gold items (bottom: which scorer keeps more gold per kept token)."""
     sel = [r for r in runs if r["split"] == split]
     if not sel:
         return None
@@ -175,20 +180,28 @@ def margin_plot(runs: Sequence[dict], out: Path, split: str = "val") -> Path | N
     import matplotlib.pyplot as plt
 
     benches = sorted({r["benchmark"] for r in sel})
-    fig, axes = plt.subplots(1, len(benches), figsize=(3.4 * len(benches), 3.1), squeeze=False)
-    for ax, bench in zip(axes[0], benches, strict=True):
-        for scorer in sorted({r["scorer"] for r in sel if r["benchmark"] == bench}):
-            pts = sorted(((r["delta"], r["m"]) for r in sel if (r["benchmark"], r["scorer"]) == (bench, scorer)), key=lambda t: t[0])
-            xs = [100 * m.get("probe/gold_recall", float("nan")) for _, m in pts]
-            ys = [100 * m.get("probe/decision_accuracy", float("nan")) for _, m in pts]
-            ax.plot(xs, ys, marker="o", label=scorer)
-            for (d, _), x, y in zip(pts, xs, ys, strict=True):
-                ax.annotate(f"{d:g}", (x, y), textcoords="offset points", xytext=(3, 3), fontsize=6)
-        ax.set_title(f"{bench} ({split}); labels: δ", fontsize=9)
-        ax.set_xlabel("gold recall (%)", fontsize=8)
-        ax.set_ylabel("decision accuracy (%)", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.legend(fontsize=7)
+    fig, axes = plt.subplots(2, len(benches), figsize=(3.4 * len(benches), 6.0), squeeze=False)
+    panels = (
+        ("probe/gold_recall", "probe/decision_accuracy", "gold recall (%)", "decision accuracy (%)", 100, 100),
+        ("probe/kept_token_ratio", "probe/gold_recall", "kept-token ratio (gold items)", "gold recall (%)", 1, 100),
+    )
+    for row, (kx, ky, lx, ly, sx, sy) in enumerate(panels):
+        for ax, bench in zip(axes[row], benches, strict=True):
+            for scorer in sorted({r["scorer"] for r in sel if r["benchmark"] == bench}):
+                pts = sorted(
+                    ((r["delta"], r["m"]) for r in sel if (r["benchmark"], r["scorer"]) == (bench, scorer)),
+                    key=lambda t: t[0],
+                )
+                xs = [sx * m.get(kx, float("nan")) for _, m in pts]
+                ys = [sy * m.get(ky, float("nan")) for _, m in pts]
+                ax.plot(xs, ys, marker="o", label=scorer)
+                for (d, _), x, y in zip(pts, xs, ys, strict=True):
+                    ax.annotate(f"{d:g}", (x, y), textcoords="offset points", xytext=(3, 3), fontsize=6)
+            ax.set_title(f"{bench} ({split}); labels: δ", fontsize=9)
+            ax.set_xlabel(lx, fontsize=8)
+            ax.set_ylabel(ly, fontsize=8)
+            ax.tick_params(labelsize=7)
+            ax.legend(fontsize=7)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)

@@ -1,7 +1,7 @@
 """Regenerate every table and plot in experiments/ from run folders: ``python experiments/refresh.py``.
 
-Reads the study run folders (default ``outputs/ablation/<study>/<overrides>/``, written by
-``python evaluate.py -m +ablation=<study>``), writes ``experiments/tables/<study>.{md,csv}``
+Reads the study run folders (the committed ``experiments/runs/ablation/<study>/<overrides>/`` and your
+own ``outputs/ablation/<study>/<overrides>/``, written by ``python evaluate.py -m +ablation=<study>``), writes ``experiments/tables/<study>.{md,csv}``
 and ``experiments/img/*.png``, and rewrites the generated blocks of experiments/README.md
 (and of any other markdown file given with ``--docs``)::
 
@@ -81,9 +81,13 @@ def update_blocks(doc: Path, tables: dict[str, str], images: dict[str, Path]) ->
     return count
 
 
-def refresh(outputs: Path, out: Path, docs: Sequence[Path], wandb_project: str | None = None) -> dict[str, Path]:
-    runs = find_runs([outputs]) if outputs.exists() else []
-    log.info("%d run folder(s) under %s", len(runs), outputs)
+def refresh(
+    outputs: Path | Sequence[Path], out: Path, docs: Sequence[Path], wandb_project: str | None = None
+) -> dict[str, Path]:
+    folders = [outputs] if isinstance(outputs, Path) else list(outputs)
+    present = [p for p in folders if p.exists()]
+    runs = find_runs(present) if present else []
+    log.info("%d run folder(s) under %s", len(runs), ", ".join(map(str, folders)))
     studies = study_runs(runs)
     (out / "tables").mkdir(parents=True, exist_ok=True)
     tables: dict[str, str] = {}
@@ -119,7 +123,11 @@ def refresh(outputs: Path, out: Path, docs: Sequence[Path], wandb_project: str |
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--outputs", default=str(ROOT / "outputs" / "ablation"), help="folder holding the study run folders")
+    ap.add_argument(
+        "--outputs", nargs="+",
+        default=[str(ROOT / "experiments" / "runs" / "ablation"), str(ROOT / "outputs" / "ablation")],
+        help="folders holding the study run folders (default: the committed ones, then your own outputs/)",
+    )  # fmt: skip
     ap.add_argument("--out", default=str(ROOT / "experiments"), help="where tables/ and img/ go")
     ap.add_argument(
         "--docs", nargs="*", default=[str(ROOT / "experiments" / "README.md"), str(ROOT / "README.md")],
@@ -129,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        written = refresh(Path(args.outputs), Path(args.out), [Path(d) for d in args.docs], args.wandb_project)
+        written = refresh([Path(o) for o in args.outputs], Path(args.out), [Path(d) for d in args.docs], args.wandb_project)
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
