@@ -8,7 +8,8 @@ and ``experiments/img/*.png``, and rewrites the generated blocks of experiments/
     <!-- BEGIN table:main --> ... <!-- END table:main -->
     <!-- BEGIN plot:quality_vs_tokens --> ... <!-- END plot:quality_vs_tokens -->
 
-Nothing in those blocks is typed by hand; a study without runs gets a placeholder.
+Nothing in those blocks is typed by hand; a study without runs here keeps its block as it is (generated
+elsewhere, from the run folders its footer counts), or gets a placeholder if it has none.
 """
 
 from __future__ import annotations
@@ -65,6 +66,13 @@ def update_blocks(doc: Path, tables: dict[str, str], images: dict[str, Path]) ->
         nonlocal count
         count += 1
         kind, name = m.group(2), m.group(3)
+        if (kind == "table" and name not in STUDIES) or (kind == "plot" and name not in PLOT_SOURCES):
+            return m.group(0)  # another generator's block (paired.py, recipe.py): not ours to rewrite
+        old = m.group(4)
+        if (tables.get(name) if kind == "table" else images.get(name)) is None and old.strip() and "No runs yet" not in old:
+            # No run folders here for it: a table generated elsewhere stays (its footer names its runs).
+            log.info("%s:%s: no runs here; block kept as is", kind, name)
+            return m.group(0)
         if kind == "table":
             body = tables.get(name) or placeholder(kind, name)
             body = re.sub(r"^### .*\n\n?", "", body)  # the doc has its own heading

@@ -174,14 +174,18 @@ def test_refresh_rewrites_only_generated_blocks(studies: Path, tmp_path: Path) -
     doc = tmp_path / "README.md"
     doc.write_text(
         "# Title\nhand-written\n<!-- BEGIN table:k -->\nSTALE\n<!-- END table:k -->\n"
-        "<!-- BEGIN table:branching -->\nSTALE\n<!-- END table:branching -->\n"
-        "<!-- BEGIN plot:quality_vs_tokens -->\n<!-- END plot:quality_vs_tokens -->\ntail\n"
+        "<!-- BEGIN table:branching -->\nGENERATED ON ANOTHER MACHINE\n<!-- END table:branching -->\n"
+        "<!-- BEGIN table:flat -->\n<!-- END table:flat -->\n"
+        "<!-- BEGIN plot:quality_vs_tokens -->\n<!-- END plot:quality_vs_tokens -->\n"
+        "<!-- BEGIN table:paired -->\nPAIRED (experiments/paired.py owns it)\n<!-- END table:paired -->\ntail\n"
     )
     written = refresh.refresh(studies, tmp_path / "exp", [doc])
     text = doc.read_text()
+    assert "\nPAIRED (experiments/paired.py owns it)\n" in text  # a block of another generator stays
     assert text.startswith("# Title\nhand-written\n") and text.endswith("tail\n") and "STALE" not in text
     assert "| canopy | 2 |" in text  # the k table
-    assert "_No runs yet for `branching`" in text
+    # no runs here: a generated block stays, an empty one gets the placeholder
+    assert "\nGENERATED ON ANOTHER MACHINE\n" in text and "_No runs yet for `flat`" in text
     assert "![quality_vs_tokens](exp/img/quality_vs_tokens.png)" in text
     assert written["plot:quality_vs_tokens"].is_file()
     refresh.refresh(studies, tmp_path / "exp", [doc])
