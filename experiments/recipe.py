@@ -107,10 +107,20 @@ def probe_plot(probes: Path, out: Path) -> Path | None:
             x, y = 100 * m.get("probe/gold_recall", float("nan")), 100 * m.get("probe/decision_accuracy", float("nan"))
             ax.scatter([x], [y], label=name)
             ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
-        ax.set_title(bench, fontsize=9)
-        ax.set_xlabel("gold recall (%)", fontsize=8)
-        ax.set_ylabel("decision accuracy (%)", fontsize=8)
-        ax.tick_params(labelsize=7)
+        _label(ax, bench, "gold recall (%)", "decision accuracy (%)")
+    return _save(fig, out)
+
+
+def _label(ax, title: str, xlabel: str, ylabel: str) -> None:
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.tick_params(labelsize=7)
+
+
+def _save(fig, out: Path) -> Path:
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
@@ -197,16 +207,9 @@ def margin_plot(runs: Sequence[dict], out: Path, split: str = "val") -> Path | N
                 ax.plot(xs, ys, marker="o", label=scorer)
                 for (d, _), x, y in zip(pts, xs, ys, strict=True):
                     ax.annotate(f"{d:g}", (x, y), textcoords="offset points", xytext=(3, 3), fontsize=6)
-            ax.set_title(f"{bench} ({split}); labels: δ", fontsize=9)
-            ax.set_xlabel(lx, fontsize=8)
-            ax.set_ylabel(ly, fontsize=8)
-            ax.tick_params(labelsize=7)
+            _label(ax, f"{bench} ({split}); labels: δ", lx, ly)
             ax.legend(fontsize=7)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(fig, out)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
