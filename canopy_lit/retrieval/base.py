@@ -90,3 +90,19 @@ def exclusion_sets(queries: Sequence[str], exclude: Sequence[Collection[str]] | 
     if len(excl) != len(queries):
         raise ValueError(f"{len(excl)} exclude sets for {len(queries)} queries")
     return excl
+
+
+def route_queries(router: Any, queries: Sequence[str], groups: Collection[str]) -> list[list[str] | None]:
+    """Each query's routed partitions among ``groups`` (None: no router, or a route to none of them,
+    which falls back to every partition)."""
+    if router is None:
+        return [None] * len(queries)
+    return [[g for g in router.route(q) if g in groups] or None for q in queries]
+
+
+def rows_by_route(routes: Sequence[list[str] | None]) -> dict[tuple[str, ...] | None, list[int]]:
+    """Query indices grouped by route, so each partition set is searched in one batched call."""
+    out: dict[tuple[str, ...] | None, list[int]] = {}
+    for i, g in enumerate(routes):
+        out.setdefault(tuple(g) if g is not None else None, []).append(i)
+    return out

@@ -23,7 +23,14 @@ import numpy as np
 
 from canopy_lit.assets import default_cache_dir
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.retrieval.base import Retrieval, SingleQueryMixin, exclusion_sets, record_batch
+from canopy_lit.retrieval.base import (
+    Retrieval,
+    SingleQueryMixin,
+    exclusion_sets,
+    record_batch,
+    route_queries,
+    rows_by_route,
+)
 from canopy_lit.retrieval.corpus import CorpusStore, render_item
 from canopy_lit.retrieval.retriever import _slug
 from canopy_lit.types import Item
@@ -147,12 +154,9 @@ class BM25Retriever(SingleQueryMixin):
             return record_batch(self.stats, [Retrieval(q, [], []) for q in queries], t0)
         # Over-fetch by the largest exclude set so that k survive the filter.
         depth = min(n, k + max(len(e) for e in excl))
-        routes = [self._route(q) for q in queries] if self.router is not None else [None] * len(queries)
-        by_route: dict[tuple[str, ...] | None, list[int]] = {}
-        for i, g in enumerate(routes):
-            by_route.setdefault(tuple(g) if g is not None else None, []).append(i)
+        routes = route_queries(self.router, queries, self.groups)
         results: list[Retrieval | None] = [None] * len(queries)
-        for route, rows in by_route.items():
+        for route, rows in rows_by_route(routes).items():
             # Items outside the routed modalities get weight 0, so they score 0 and are dropped below.
             mask = None if route is None else np.isin(self._modalities, route).astype(np.float32)
             tokens = self.settings.tokenize([queries[i] for i in rows], vocab=False)
@@ -167,10 +171,6 @@ class BM25Retriever(SingleQueryMixin):
                 )
         out = [r for r in results if r is not None]
         return record_batch(self.stats, out, t0)
-
-    def _route(self, query: str) -> list[str] | None:
-        chosen = [g for g in self.router.route(query) if g in self.groups]
-        return chosen or None  # a route to modalities this corpus lacks falls back to all of them
 
     def scores(self, query: str) -> np.ndarray:
         """BM25 score of every corpus item for ``query``: (N,) float32, row i = ``corpus.ids[i]``."""

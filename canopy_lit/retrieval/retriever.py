@@ -27,6 +27,8 @@ from canopy_lit.retrieval.base import (  # noqa: F401  (re-exported: the stage i
     SingleQueryMixin,
     exclusion_sets,
     record_batch,
+    route_queries,
+    rows_by_route,
 )
 from canopy_lit.retrieval.corpus import CorpusStore
 from canopy_lit.retrieval.encode import encode_corpus, f0_fingerprint, load_shards
@@ -65,12 +67,9 @@ class FaissRetriever(SingleQueryMixin):
         excl = exclusion_sets(queries, exclude)
         q = self.encoder.encode_queries(queries)
         q = np.asarray(q.detach().cpu().numpy() if hasattr(q, "detach") else q, dtype=np.float32)
-        groups: list[list[str] | None] = [self._route(x) for x in queries] if self.router is not None else [None] * len(queries)
+        groups = route_queries(self.router, queries, self.index.groups)
         out: list[Retrieval | None] = [None] * len(queries)
-        by_route: dict[tuple[str, ...] | None, list[int]] = {}
-        for i, g in enumerate(groups):
-            by_route.setdefault(tuple(g) if g is not None else None, []).append(i)
-        for route, rows in by_route.items():
+        for route, rows in rows_by_route(groups).items():
             res = self.index.search(q[rows], k, exclude=[excl[i] for i in rows], groups=route)
             for r, i in enumerate(rows):
                 out[i] = Retrieval(queries[i], self.corpus.get_many(res.ids[r]), res.scores[r], groups[i])
@@ -78,8 +77,7 @@ class FaissRetriever(SingleQueryMixin):
         return record_batch(self.stats, out, t0)  # type: ignore[arg-type]
 
     def _route(self, query: str) -> list[str] | None:
-        chosen = [g for g in self.router.route(query) if g in self.index.groups]
-        return chosen or None  # a route to partitions this corpus lacks falls back to all of them
+        return route_queries(self.router, [query], self.index.groups)[0]
 
 
 def builder_options(builder: Any, options: Mapping[str, Any]) -> dict[str, Any]:
