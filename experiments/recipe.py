@@ -128,20 +128,81 @@ def _save(fig, out: Path) -> Path:
     return out
 
 
-def margin_runs(root: Path) -> list[dict]:
-    """δ-sweep probe runs: ``root/<split>/<scorer>/<hydra subdir>/`` (metrics.json + .hydra/config.yaml).
+def margin_runs(root: Path, scorer_part: int = 1) -> list[dict]:
+    """δ-sweep probe runs under ``root`` (metrics.json + .hydra/config.yaml per run).
 
-    The subdir is Hydra's override_dirname, nested where an override holds a path (the adapter).
+    The scorer is the ``scorer_part``-th folder below ``root`` (``margin/<split>/<scorer>/``: 1,
+    ``valprobe/<scorer>/``: 0); the split comes from the run's config. Below the scorer folder Hydra's
+    override_dirname subdirs nest where an override holds a path (the adapter).
     """
     out = []
     for path in sorted(root.rglob("metrics.json")) if root.is_dir() else []:
         cfg = yaml.safe_load((path.parent / ".hydra" / "config.yaml").read_text())
-        split, scorer = path.relative_to(root).parts[:2]
         out.append({
-            "split": split, "scorer": scorer, "benchmark": cfg["data"]["name"],
-            "delta": float(cfg["refine"].get("descend_margin", 0.0)), "m": json.loads(path.read_text()),
+            "split": cfg["data"]["split"], "scorer": path.relative_to(root).parts[scorer_part],
+            "benchmark": cfg["data"]["name"], "delta": float(cfg["refine"].get("descend_margin", 0.0)),
+            "m": json.loads(path.read_text()),
         })  # fmt: skip
     return out
+
+
+SELECT_BENCHES = ("nq", "ottqa")  # validation splits large enough to select on (HotpotQA val: 8 questions)
+
+
+def pooled(ms: Sequence[dict], kind: str = "") -> tuple[float | None, int]:
+    """Decision accuracy pooled over benchmarks, weighted by their decision counts: (accuracy, n)."""
+    acc, n = f"probe/decision_accuracy{'/' + kind if kind else ''}", f"probe/n_nodes{'/' + kind if kind else ''}"
+    hits = [(m[acc], m[n]) for m in ms if acc in m and m.get(n)]
+    total = sum(w for _, w in hits)
+    return (sum(a * w for a, w in hits) / total if total else None), int(total)
+
+
+def selection_grid(runs: Sequence[dict], split: str = "val", benches: Sequence[str] = SELECT_BENCHES) -> list[dict]:
+    """One row per (scorer, δ) with every benchmark of ``benches`` on ``split``: pooled accuracy, and per
+    benchmark recall and kept-token ratio next to f0's (δ = 0) to check the recall and token goals."""
+    by_key = {(r["scorer"], r["delta"], r["benchmark"]): r["m"] for r in runs if r["split"] == split}
+    f0 = {b: by_key.get(("f0", 0.0, b)) for b in benches}
+    grid = []
+    for scorer, delta in sorted({(s, d) for s, d, _ in by_key}):
+        ms = [by_key.get((scorer, delta, b)) for b in benches]
+        if any(m is None for m in ms):
+            continue
+        recall = {b: m.get("probe/gold_recall", float("nan")) for b, m in zip(benches, ms, strict=True)}
+        ratio = {b: m.get("probe/kept_token_ratio", float("nan")) for b, m in zip(benches, ms, strict=True)}
+        keeps = all(f0[b] is not None and recall[b] >= f0[b].get("probe/gold_recall", float("inf")) for b in benches)
+        grid.append({
+            "scorer": scorer, "delta": delta, "acc": pooled(ms), "stop": pooled(ms, "stop"), "recall": recall,
+            "ratio": ratio, "keeps_recall": keeps, "meets_tokens": keeps and all(r <= 0.55 for r in ratio.values()),
+        })  # fmt: skip
+    return grid
+
+
+def select(grid: Sequence[dict], recall_constrained: bool) -> dict | None:
+    """The validation choice: the highest pooled decision accuracy, over adapters at δ = 0 (the paper's
+    rule), or over every (adapter, δ) that keeps at least f0's gold recall on each selection benchmark."""
+    pool = [g for g in grid if g["scorer"] != "f0" and g["acc"][0] is not None]
+    pool = [g for g in pool if g["keeps_recall"]] if recall_constrained else [g for g in pool if g["delta"] == 0.0]
+    return max(pool, key=lambda g: g["acc"][0], default=None)
+
+
+def selection_table(grid: Sequence[dict], benches: Sequence[str] = SELECT_BENCHES) -> str:
+    if not grid:
+        return "_No validation probe runs yet._\n"
+    head = ["scorer", "δ", "decision acc (n)", "stop acc (n)",
+            *(f"{b} gold recall / kept-token ratio" for b in benches), "recall ≥ f0", "and ratio ≤ 0.55"]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for g in grid:
+        (acc, n), (stop, ns) = g["acc"], g["stop"]
+        lines.append("| " + " | ".join([
+            g["scorer"], f"{g['delta']:g}", f"{_pct(acc)} ({n})", f"{_pct(stop)} ({ns})",
+            *(f"{_pct(g['recall'][b])} / {g['ratio'][b]:.3f}" for b in benches),
+            "yes" if g["keeps_recall"] else "no", "yes" if g["meets_tokens"] else "no",
+        ]) + " |")  # fmt: skip
+    for label, constrained in (("accuracy at δ = 0", False), ("accuracy with recall ≥ f0 (any δ)", True)):
+        g = select(grid, constrained)
+        lines.append(f"\nSelected on validation by {label}: "
+                     + (f"`{g['scorer']}` at δ = {g['delta']:g} ({_pct(g['acc'][0])})." if g else "none of the grid."))
+    return "\n".join(lines) + "\n"
 
 
 def choose_margin(runs: Sequence[dict], scorer: str, split: str = "val", benches: Sequence[str] = ("nq", "ottqa")) -> float | None:
@@ -219,6 +280,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--doc", type=Path, default=ROOT / "experiments" / "recipe.md")
     ap.add_argument("--probes", type=Path, default=ROOT / "experiments" / "runs" / "probe")
     ap.add_argument("--margins", type=Path, default=ROOT / "experiments" / "runs" / "margin")
+    ap.add_argument("--valprobes", type=Path, default=ROOT / "experiments" / "runs" / "valprobe")
     args = ap.parse_args(argv)
     body = render(args.runs)
     probes = probe_table(args.probes)
@@ -235,11 +297,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             + " (the smallest δ keeping at least f0's gold recall on NQ and OTT-QA val).\n"
         )
     margin_plot(margins, ROOT / "experiments" / "img" / "margin_accuracy_vs_recall.png")
+    valprobes = margin_runs(args.valprobes, scorer_part=0)
+    selection = selection_table(selection_grid(valprobes))
     if args.doc.is_file():
+        replace_block(args.doc, "selection", selection)
         replace_block(args.doc, "recipe", body)
         replace_block(args.doc, "recipe_probe", probes)
         replace_block(args.doc, "margin", margin_body)
-    print(body + "\n" + probes + "\n" + margin_body)
+    print(body + "\n" + probes + "\n" + margin_body + "\n" + selection)
 
 
 if __name__ == "__main__":
