@@ -281,6 +281,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--probes", type=Path, default=ROOT / "experiments" / "runs" / "probe")
     ap.add_argument("--margins", type=Path, default=ROOT / "experiments" / "runs" / "margin")
     ap.add_argument("--valprobes", type=Path, default=ROOT / "experiments" / "runs" / "valprobe")
+    ap.add_argument("--selection-tests", type=Path, default=ROOT / "experiments" / "runs" / "selection_test")
     args = ap.parse_args(argv)
     body = render(args.runs)
     probes = probe_table(args.probes)
@@ -299,6 +300,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     margin_plot(margins, ROOT / "experiments" / "img" / "margin_accuracy_vs_recall.png")
     valprobes = margin_runs(args.valprobes, scorer_part=0)
     selection = selection_table(selection_grid(valprobes))
+    if chosen_tests := margin_runs(args.selection_tests, scorer_part=0):
+        selection += "\nThe choice of the recall rule, probed once on the test splits:\n\n" + margin_table(chosen_tests)
     if args.doc.is_file():
         replace_block(args.doc, "selection", selection)
         replace_block(args.doc, "recipe", body)
