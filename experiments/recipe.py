@@ -258,14 +258,15 @@ def margin_plot(runs: Sequence[dict], out: Path, split: str = "val") -> Path | N
     )
     for row, (kx, ky, lx, ly, sx, sy) in enumerate(panels):
         for ax, bench in zip(axes[row], benches, strict=True):
-            for scorer in sorted({r["scorer"] for r in sel if r["benchmark"] == bench}):
+            for i, scorer in enumerate(sorted({r["scorer"] for r in sel if r["benchmark"] == bench})):
                 pts = sorted(
                     ((r["delta"], r["m"]) for r in sel if (r["benchmark"], r["scorer"]) == (bench, scorer)),
                     key=lambda t: t[0],
                 )
                 xs = [sx * m.get(kx, float("nan")) for _, m in pts]
                 ys = [sy * m.get(ky, float("nan")) for _, m in pts]
-                ax.plot(xs, ys, marker="o", label=scorer)
+                # the default cycle has 10 colours: past 10 curves, the marker tells them apart
+                ax.plot(xs, ys, marker="os^"[i // 10 % 3], label=scorer)
                 for (d, _), x, y in zip(pts, xs, ys, strict=True):
                     ax.annotate(f"{d:g}", (x, y), textcoords="offset points", xytext=(3, 3), fontsize=6)
             _label(ax, f"{bench} ({split}); labels: δ", lx, ly)
@@ -300,6 +301,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     margin_plot(margins, ROOT / "experiments" / "img" / "margin_accuracy_vs_recall.png")
     valprobes = margin_runs(args.valprobes, scorer_part=0)
     selection = selection_table(selection_grid(valprobes))
+    margin_plot(valprobes, ROOT / "experiments" / "img" / "selection_accuracy_vs_recall.png")
     if chosen_tests := margin_runs(args.selection_tests, scorer_part=0):
         selection += "\nThe choice of the recall rule, probed once on the test splits:\n\n" + margin_table(chosen_tests)
     if args.doc.is_file():
