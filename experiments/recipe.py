@@ -205,21 +205,13 @@ def selection_table(grid: Sequence[dict], benches: Sequence[str] = SELECT_BENCHE
     return "\n".join(lines) + "\n"
 
 
-def choose_margin(runs: Sequence[dict], scorer: str, split: str = "val", benches: Sequence[str] = ("nq", "ottqa")) -> float | None:
+def choose_margin(runs: Sequence[dict], scorer: str, split: str = "val", benches: Sequence[str] = SELECT_BENCHES) -> float | None:
     """The smallest δ at which ``scorer`` keeps at least f0's (δ = 0) gold recall on every benchmark of ``split``.
 
     The selection reads validation runs only; None when no δ of the grid does (or runs are missing).
     """
-    def recall(sc: str, b: str, d: float) -> float | None:
-        hit = [r["m"].get("probe/gold_recall") for r in runs if (r["split"], r["scorer"], r["benchmark"], r["delta"]) == (split, sc, b, d)]
-        return hit[0] if hit else None
-
-    deltas = sorted({r["delta"] for r in runs if r["split"] == split and r["scorer"] == scorer})
-    for d in deltas:
-        pairs = [(recall(scorer, b, d), recall("f0", b, 0.0)) for b in benches]
-        if all(a is not None and f is not None for a, f in pairs) and all(a >= f for a, f in pairs):  # type: ignore[operator]
-            return d
-    return None
+    keeping = [g["delta"] for g in selection_grid(runs, split, benches) if g["scorer"] == scorer and g["keeps_recall"]]
+    return min(keeping, default=None)
 
 
 def margin_table(runs: Sequence[dict]) -> str:

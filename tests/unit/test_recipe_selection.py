@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.recipe import pooled, select, selection_grid, selection_table
+from experiments.recipe import choose_margin, pooled, select, selection_grid, selection_table
 
 
 def _run(scorer: str, delta: float, bench: str, acc: float, n: int, recall: float, ratio: float, split: str = "val") -> dict:
@@ -37,6 +37,8 @@ def test_recall_constrained_choice_skips_adapters_that_lose_gold() -> None:
     assert (best["scorer"], best["delta"], best["meets_tokens"]) == ("calm", 0.01, True)
     text = selection_table(grid)
     assert "`sharp` at δ = 0" in text and "`calm` at δ = 0.01" in text
+    # the δ-sweep rule reads the same grid: the smallest δ that keeps f0's recall, per scorer
+    assert (choose_margin(runs, "sharp"), choose_margin(runs, "calm"), choose_margin(runs, "partial")) == (None, 0.01, None)
 
 
 def test_no_feasible_choice_is_said_plainly() -> None:
