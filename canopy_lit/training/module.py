@@ -32,6 +32,10 @@ class NodeEncoderModule(L.LightningModule):
         stop_weight: loss weight of "stop" instances (v fully gold) relative to "descend" ones (paper: 1).
             Stops are 1-2% of the bundled instances, so the loss mostly teaches "descend" (issue: gold
             recall); > 1 re-weights them.
+        gold_child_weight: cost c of each g ≻ v pair (a gold child over its partly gold parent) inside the
+            instance's loss, ℓ = log(1 + c Σ exp(x_gv) + Σ exp(x_other)) (paper: 1). Refinement drops a gold
+            child exactly when it scores below its parent while a sibling does not, so these are the pairs
+            whose violation loses gold; the v ≻ n pairs only cost tokens. > 1 trades compression for recall.
         backbone_dropout: keep the backbone's own dropout active while training (False = only LoRA dropout).
         chunk_size: node texts per length-sorted forward chunk (less padding, same result).
         benchmarks: names for per-benchmark metrics (default: taken from the datamodule).
@@ -54,6 +58,7 @@ class NodeEncoderModule(L.LightningModule):
         scale: float = 20.0,
         margin: float = 0.0,
         stop_weight: float = 1.0,
+        gold_child_weight: float = 1.0,
         backbone_dropout: bool = True,
         chunk_size: int = 16,
         benchmarks: Sequence[str] | None = None,
@@ -68,6 +73,8 @@ class NodeEncoderModule(L.LightningModule):
         self.hparams["encoder_name"] = encoder.name
         if stop_weight <= 0 or margin < 0:
             raise ValueError(f"model.stop_weight must be > 0 and model.margin >= 0, got {stop_weight} and {margin}")
+        if gold_child_weight <= 0:
+            raise ValueError(f"model.gold_child_weight must be > 0, got {gold_child_weight}")
         if schedule not in {"constant", "linear", "cosine"}:
             raise ValueError(f"model.schedule must be constant, linear or cosine, got {schedule!r}")
         self.encoder = encoder
@@ -197,9 +204,14 @@ class NodeEncoderModule(L.LightningModule):
         weight = None
         if self.hparams.stop_weight != 1.0 and "stop" in batch:
             weight = 1.0 + (self.hparams.stop_weight - 1.0) * batch["stop"].to(win.dtype)
+        pair_weight = None
+        if self.hparams.gold_child_weight != 1.0:
+            # tie_ok marks child ≻ parent pairs; in P(v) those are exactly the g ≻ v pairs.
+            pair_weight = 1.0 + (self.hparams.gold_child_weight - 1.0) * batch["tie_ok"].to(win.dtype)
         # mask: P(v)'s pairs and any hard-negative pairs alike, one ranking loss per instance.
         loss = pairwise_ranking_loss(
-            win, lose, batch["mask"], self.hparams.scale, margin=self.hparams.margin, weight=weight
+            win, lose, batch["mask"], self.hparams.scale, margin=self.hparams.margin, weight=weight,
+            pair_weight=pair_weight,
         )
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["query_index"]))
         return loss

@@ -96,3 +96,27 @@ def test_stop_weight_reweights_stop_instances_in_the_training_loss(setup) -> Non
     assert not torch.allclose(weighted, plain)
     with pytest.raises(ValueError, match="stop_weight"):
         NodeEncoderModule(module.encoder, stop_weight=0.0)
+
+
+def test_gold_child_weight_costs_only_the_gold_child_over_parent_pairs(setup) -> None:
+    """model.gold_child_weight = c: each g ≻ v pair (tie_ok) counts c times inside ℓ, no other pair does."""
+    from canopy_lit.training import pairwise_ranking_loss
+
+    module, batch = setup
+    tie = batch["tie_ok"] & batch["mask"]
+    assert tie.any() and (batch["mask"] & ~batch["tie_ok"]).any()  # the real batch has both kinds of pair
+    module.eval()
+    module.log = lambda name, value, **kw: None  # no Trainer attached
+    with torch.no_grad():
+        win, lose = module.pair_scores(batch)
+        module.hparams.gold_child_weight = 5.0
+        weighted = module.training_step(batch, 0)
+        module.hparams.gold_child_weight = 1.0
+        plain = module.training_step(batch, 0)
+    x = (20.0 * (lose - win)).masked_fill(~batch["mask"], float("-inf"))
+    by_hand = torch.log1p((torch.exp(x) * (1.0 + 4.0 * tie.float())).sum(1)).mean()
+    assert torch.allclose(weighted, by_hand, atol=1e-5)
+    assert torch.allclose(plain, pairwise_ranking_loss(win, lose, batch["mask"]), atol=1e-6)
+    assert weighted > plain
+    with pytest.raises(ValueError, match="gold_child_weight"):
+        NodeEncoderModule(module.encoder, gold_child_weight=0.0)

@@ -87,3 +87,27 @@ def test_instance_weights_give_a_weighted_mean() -> None:
     assert torch.allclose(pairwise_ranking_loss(win, lose, weight=torch.ones(2)), per.mean())
     with pytest.raises(ValueError, match="weight"):
         pairwise_ranking_loss(win, lose, weight=torch.ones(3))
+
+
+def test_pair_weights_count_a_pair_c_times_inside_the_log() -> None:
+    """ℓ = log(1 + Σ c_k exp(x_k)): hand value, c = 1 is the paper's loss, padding still drops pairs."""
+    win = torch.tensor([[0.5, 0.2, 0.0]])
+    lose = torch.tensor([[0.3, 0.4, 0.0]])
+    mask = torch.tensor([[True, True, False]])
+    cost = torch.tensor([[4.0, 1.0, 7.0]])
+    expected = math.log(1 + 4 * math.exp(20 * -0.2) + math.exp(20 * 0.2))
+    assert pairwise_ranking_loss(win, lose, mask, pair_weight=cost).item() == pytest.approx(expected, rel=1e-5)
+    ones = torch.ones_like(cost)
+    assert pairwise_ranking_loss(win, lose, mask, pair_weight=ones).item() == pytest.approx(
+        pairwise_ranking_loss(win, lose, mask).item(), rel=1e-6
+    )
+    # A heavier pair pulls harder on its own scores: its winner's gradient grows, the other pair's does not.
+    w = win.clone().requires_grad_(True)
+    pairwise_ranking_loss(w, lose, mask, pair_weight=cost).backward()
+    w_plain = win.clone().requires_grad_(True)
+    pairwise_ranking_loss(w_plain, lose, mask).backward()
+    assert w.grad[0, 0].abs() > w_plain.grad[0, 0].abs()
+    with pytest.raises(ValueError, match="pair_weight"):
+        pairwise_ranking_loss(win, lose, mask, pair_weight=torch.zeros_like(cost))
+    with pytest.raises(ValueError, match="pair_weight"):
+        pairwise_ranking_loss(win, lose, mask, pair_weight=torch.ones(1, 2))

@@ -14,6 +14,7 @@ def pairwise_ranking_loss(
     reduction: str = "mean",
     margin: float = 0.0,
     weight: torch.Tensor | None = None,
+    pair_weight: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """ℓ(q, v) = log(1 + Σ_{(a ≻ b) ∈ P(v)} exp(λ · [s(q, b) − s(q, a)])), computed with logsumexp.
 
@@ -27,16 +28,26 @@ def pairwise_ranking_loss(
         margin: m >= 0 asks each winner to lead by m: x_k = λ · (s(q, b) − s(q, a) + m). 0 = the paper's loss.
         weight: (N,) non-negative per-instance weights (e.g. up-weighted "stop" instances); ``"mean"``
             becomes the weighted mean Σ w ℓ / Σ w, ``"sum"`` Σ w ℓ, ``"none"`` w ℓ.
+        pair_weight: (N, P) positive per-pair costs c_k: ℓ = log(1 + Σ c_k exp(x_k)). A pair with c_k
+            counts as c_k copies of itself, so its violation costs more (e.g. a gold child that must beat
+            its parent: violating it drops gold). None = every c_k = 1, the paper's loss.
 
     Returns:
         Scalar loss, or (N,) per-instance losses for ``reduction="none"``.
 
     Relations:
-        log(1 + Σ exp(x_k)) = logsumexp([0, x_1, ..., x_P]); padded x_k are set to -inf.
+        log(1 + Σ exp(x_k)) = logsumexp([0, x_1, ..., x_P]); padded x_k are set to -inf;
+        c_k exp(x_k) = exp(x_k + log c_k).
     """
     if winner_scores.shape != loser_scores.shape or winner_scores.dim() != 2:
         raise ValueError(f"expected two (N, P) score tensors, got {tuple(winner_scores.shape)} and {tuple(loser_scores.shape)}")
     logits = scale * (loser_scores - winner_scores + margin)
+    if pair_weight is not None:
+        if pair_weight.shape != logits.shape:
+            raise ValueError(f"pair_weight must be (N, P) = {tuple(logits.shape)}, got {tuple(pair_weight.shape)}")
+        if bool((pair_weight <= 0).any()):
+            raise ValueError("pair_weight must be > 0 (mask pairs out with mask)")
+        logits = logits + pair_weight.to(logits).log()
     if mask is not None:
         logits = logits.masked_fill(~mask.bool(), float("-inf"))
     zero = logits.new_zeros(logits.shape[0], 1)
@@ -76,5 +87,8 @@ class PairwiseRankingLoss(nn.Module):
         loser_scores: torch.Tensor,
         mask: torch.Tensor | None = None,
         weight: torch.Tensor | None = None,
+        pair_weight: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        return pairwise_ranking_loss(winner_scores, loser_scores, mask, self.scale, margin=self.margin, weight=weight)
+        return pairwise_ranking_loss(
+            winner_scores, loser_scores, mask, self.scale, margin=self.margin, weight=weight, pair_weight=pair_weight
+        )
