@@ -121,9 +121,10 @@ def _label(ax, title: str, xlabel: str, ylabel: str) -> None:
 def _save(fig, out: Path) -> Path:
     import matplotlib.pyplot as plt
 
-    fig.tight_layout()
+    if not fig.legends:  # a figure legend is placed after the layout, outside it
+        fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
+    fig.savefig(out, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return out
 
@@ -248,9 +249,12 @@ def margin_plot(runs: Sequence[dict], out: Path, split: str = "val") -> Path | N
         ("probe/gold_recall", "probe/decision_accuracy", "gold recall (%)", "decision accuracy (%)", 100, 100),
         ("probe/kept_token_ratio", "probe/gold_recall", "kept-token ratio (gold items)", "gold recall (%)", 1, 100),
     )
+    scorers = sorted({r["scorer"] for r in sel})  # one colour and marker per scorer in every panel
+    handles: dict[str, object] = {}
     for row, (kx, ky, lx, ly, sx, sy) in enumerate(panels):
         for ax, bench in zip(axes[row], benches, strict=True):
-            for i, scorer in enumerate(sorted({r["scorer"] for r in sel if r["benchmark"] == bench})):
+            for scorer in sorted({r["scorer"] for r in sel if r["benchmark"] == bench}):
+                i = scorers.index(scorer)
                 pts = sorted(
                     ((r["delta"], r["m"]) for r in sel if (r["benchmark"], r["scorer"]) == (bench, scorer)),
                     key=lambda t: t[0],
@@ -258,11 +262,14 @@ def margin_plot(runs: Sequence[dict], out: Path, split: str = "val") -> Path | N
                 xs = [sx * m.get(kx, float("nan")) for _, m in pts]
                 ys = [sy * m.get(ky, float("nan")) for _, m in pts]
                 # the default cycle has 10 colours: past 10 curves, the marker tells them apart
-                ax.plot(xs, ys, marker="os^"[i // 10 % 3], label=scorer)
+                (line,) = ax.plot(xs, ys, marker="os^"[i // 10 % 3], color=f"C{i % 10}", label=scorer)
+                handles.setdefault(scorer, line)
                 for (d, _), x, y in zip(pts, xs, ys, strict=True):
                     ax.annotate(f"{d:g}", (x, y), textcoords="offset points", xytext=(3, 3), fontsize=6)
             _label(ax, f"{bench} ({split}); labels: δ", lx, ly)
-            ax.legend(fontsize=7)
+    # One legend beside the grid: with 15+ scorers a legend per panel hides the curves.
+    fig.tight_layout()
+    fig.legend([handles[s] for s in scorers], scorers, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7)
     return _save(fig, out)
 
 
