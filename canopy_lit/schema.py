@@ -176,6 +176,7 @@ class ModelSchema:
     margin: float = knob(0.0, ge=0)
     stop_weight: float = knob(1.0, gt=0)
     gold_child_weight: float = knob(1.0, gt=0)
+    gold_sibling_weight: float = knob(1.0, gt=0)
     chunk_size: int = knob(16, ge=1)
     backbone_dropout: bool = True
 

@@ -16,6 +16,19 @@ from canopy_lit.training.losses import pairwise_ranking_loss
 from canopy_lit.training.metrics import DecisionAccuracy
 
 
+def sibling_pairs(batch: dict[str, Any]) -> torch.Tensor:
+    """(N, P) bool: the pairs of P(v) between two children of v, i.e. the g ≻ n pairs.
+
+    Read off the batch layout: a partly gold v is the loser of its g ≻ v pairs (``tie_ok``), and its
+    P(v) pairs that touch v are g ≻ v and v ≻ n, so the rest are g ≻ n. A fully gold v (all pairs
+    v ≻ child) has none; hard-negative pairs (``pair_in_tree`` False) are never sibling pairs.
+    """
+    real = batch["mask"] & batch.get("pair_in_tree", batch["mask"])
+    gv = batch["tie_ok"] & real
+    v_row = torch.where(gv, batch["loser"], -1).amax(dim=1, keepdim=True)  # (N, 1); -1 where v is fully gold
+    return real & (v_row >= 0) & (batch["winner"] != v_row) & (batch["loser"] != v_row)
+
+
 class NodeEncoderModule(L.LightningModule):
     """Pairwise-ranking training of fθ = backbone + LoRA; f0 = the same backbone, adapter off.
 
@@ -36,6 +49,9 @@ class NodeEncoderModule(L.LightningModule):
             instance's loss, ℓ = log(1 + c Σ exp(x_gv) + Σ exp(x_other)) (paper: 1). Refinement drops a gold
             child exactly when it scores below its parent while a sibling does not, so these are the pairs
             whose violation loses gold; the v ≻ n pairs only cost tokens. > 1 trades compression for recall.
+        gold_sibling_weight: cost c of each g ≻ n pair (a gold child over a gold-free sibling) (paper: 1).
+            If every gold child beats its gold-free siblings, a sibling clearing the parent's bar lifts the
+            gold over it too, so these pairs also guard recall, without asking children to beat parents.
         backbone_dropout: keep the backbone's own dropout active while training (False = only LoRA dropout).
         chunk_size: node texts per length-sorted forward chunk (less padding, same result).
         benchmarks: names for per-benchmark metrics (default: taken from the datamodule).
@@ -59,6 +75,7 @@ class NodeEncoderModule(L.LightningModule):
         margin: float = 0.0,
         stop_weight: float = 1.0,
         gold_child_weight: float = 1.0,
+        gold_sibling_weight: float = 1.0,
         backbone_dropout: bool = True,
         chunk_size: int = 16,
         benchmarks: Sequence[str] | None = None,
@@ -73,8 +90,10 @@ class NodeEncoderModule(L.LightningModule):
         self.hparams["encoder_name"] = encoder.name
         if stop_weight <= 0 or margin < 0:
             raise ValueError(f"model.stop_weight must be > 0 and model.margin >= 0, got {stop_weight} and {margin}")
-        if gold_child_weight <= 0:
-            raise ValueError(f"model.gold_child_weight must be > 0, got {gold_child_weight}")
+        if gold_child_weight <= 0 or gold_sibling_weight <= 0:
+            raise ValueError(
+                f"model.gold_child_weight and model.gold_sibling_weight must be > 0, got {gold_child_weight} and {gold_sibling_weight}"
+            )
         if schedule not in {"constant", "linear", "cosine"}:
             raise ValueError(f"model.schedule must be constant, linear or cosine, got {schedule!r}")
         self.encoder = encoder
@@ -205,9 +224,11 @@ class NodeEncoderModule(L.LightningModule):
         if self.hparams.stop_weight != 1.0 and "stop" in batch:
             weight = 1.0 + (self.hparams.stop_weight - 1.0) * batch["stop"].to(win.dtype)
         pair_weight = None
-        if self.hparams.gold_child_weight != 1.0:
-            # tie_ok marks child ≻ parent pairs; in P(v) those are exactly the g ≻ v pairs.
-            pair_weight = 1.0 + (self.hparams.gold_child_weight - 1.0) * batch["tie_ok"].to(win.dtype)
+        child, sib = self.hparams.gold_child_weight, self.hparams.gold_sibling_weight
+        if child != 1.0 or sib != 1.0:
+            # tie_ok marks child ≻ parent pairs (in P(v): exactly the g ≻ v pairs), sibling the g ≻ n pairs.
+            pair_weight = 1.0 + (child - 1.0) * batch["tie_ok"].to(win.dtype)
+            pair_weight = pair_weight + (sib - 1.0) * sibling_pairs(batch).to(win.dtype)
         # mask: P(v)'s pairs and any hard-negative pairs alike, one ranking loss per instance.
         loss = pairwise_ranking_loss(
             win, lose, batch["mask"], self.hparams.scale, margin=self.hparams.margin, weight=weight,

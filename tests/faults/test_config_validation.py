@@ -78,6 +78,7 @@ def test_methods_that_do_not_retrieve_may_use_zero(hydra_ctx, override: str) -> 
         ("model.lora_r=0", "model.lora_r must be an integer >= 1, got 0"),
         ("model.scale=0", "model.scale must be a number > 0, got 0"),
         ("model.gold_child_weight=0", "model.gold_child_weight must be a number > 0, got 0"),
+        ("model.gold_sibling_weight=0", "model.gold_sibling_weight must be a number > 0, got 0"),
         ("model.schedule=cosin", "model.schedule must be one of constant, linear, cosine, got 'cosin'"),
         ("datamodule.batch_size=0", "datamodule.batch_size must be an integer >= 1, got 0"),
         ("trainer.max_steps=0", "trainer.max_steps must be -1 or an integer >= 1, got 0"),

@@ -120,3 +120,24 @@ def test_gold_child_weight_costs_only_the_gold_child_over_parent_pairs(setup) ->
     assert weighted > plain
     with pytest.raises(ValueError, match="gold_child_weight"):
         NodeEncoderModule(module.encoder, gold_child_weight=0.0)
+
+
+def test_gold_sibling_weight_costs_only_the_gold_over_gold_free_sibling_pairs(setup) -> None:
+    """model.gold_sibling_weight = c: each g ≻ n pair counts c times inside ℓ, no other pair does."""
+    from canopy_lit.training.module import sibling_pairs
+
+    module, batch = setup
+    sib = sibling_pairs(batch)
+    assert sib.any() and (batch["mask"] & ~sib).any()
+    module.eval()
+    module.log = lambda name, value, **kw: None  # no Trainer attached
+    with torch.no_grad():
+        win, lose = module.pair_scores(batch)
+        module.hparams.gold_sibling_weight = 3.0
+        weighted = module.training_step(batch, 0)
+        module.hparams.gold_sibling_weight = 1.0
+    x = (20.0 * (lose - win)).masked_fill(~batch["mask"], float("-inf"))
+    by_hand = torch.log1p((torch.exp(x) * (1.0 + 2.0 * sib.float())).sum(1)).mean()
+    assert torch.allclose(weighted, by_hand, atol=1e-5)
+    with pytest.raises(ValueError, match="gold_sibling_weight"):
+        NodeEncoderModule(module.encoder, gold_sibling_weight=-1.0)

@@ -96,3 +96,17 @@ def test_collate_renders_each_node_once_and_keeps_pair_semantics(instances) -> N
             assert bool(batch["tie_ok"][i, k]) == (inst.tree.parent[a] == b)
         assert int(batch["mask"][i].sum()) == len(inst.pairs)
         assert batch["query_texts"][batch["query_index"][i]] == inst.question
+
+
+def test_sibling_pairs_are_exactly_the_gold_over_gold_free_child_pairs(instances) -> None:
+    """The gold-sibling cost's mask, read off the batch layout, equals P(v)'s g ≻ n pairs (real HotpotQA)."""
+    from canopy_lit.training.module import sibling_pairs
+
+    batch = PreferenceCollate()([render_instance(i, Hierarchy(2), 0) for i in instances])
+    got = sibling_pairs(batch)
+    expected = torch.zeros_like(got)
+    for i, inst in enumerate(instances):
+        for k, (a, b) in enumerate(inst.pairs):
+            expected[i, k] = bool(inst.tree.parent[a] == inst.node and inst.tree.parent[b] == inst.node)
+    assert expected.any() and (batch["mask"] & ~expected).any()  # both kinds occur in the sample
+    assert torch.equal(got, expected)

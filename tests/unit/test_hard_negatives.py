@@ -148,6 +148,11 @@ def test_batch_renders_hard_pairs_as_gold_over_distractor(hotpot) -> None:
             tree, u = inst.hard_negatives[j]
             assert texts[batch["winner"][i, k]] == hier.node_text(inst.tree, g)
             assert texts[batch["loser"][i, k]] == hier.node_text(tree, u)  # rendered as any gold node
+    # The g ≻ n pairs the gold-sibling cost reads are P(v)'s alone, with or without hard negatives.
+    from canopy_lit.training.module import sibling_pairs
+
+    assert torch.equal(sibling_pairs(batch)[:, : base["mask"].shape[1]], sibling_pairs(base))
+    assert not sibling_pairs(batch)[~batch.get("pair_in_tree", batch["mask"])].any()
 
 
 # ------------------------------------------------------------------ (c) decisions ignore them
