@@ -302,7 +302,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     selection = selection_table(selection_grid(valprobes))
     margin_plot(valprobes, ROOT / "experiments" / "img" / "selection_accuracy_vs_recall.png")
     if chosen_tests := margin_runs(args.selection_tests, scorer_part=0):
-        selection += "\nThe choice of the recall rule, probed once on the test splits:\n\n" + margin_table(chosen_tests)
+        selection += (
+            "\nThe choices of the recall rule (each when it was made: the grid grew), probed once on the test splits:\n\n"
+            + margin_table(chosen_tests)
+        )
     if args.doc.is_file():
         replace_block(args.doc, "selection", selection)
         replace_block(args.doc, "recipe", body)
