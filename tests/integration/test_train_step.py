@@ -98,46 +98,38 @@ def test_stop_weight_reweights_stop_instances_in_the_training_loss(setup) -> Non
         NodeEncoderModule(module.encoder, stop_weight=0.0)
 
 
-def test_gold_child_weight_costs_only_the_gold_child_over_parent_pairs(setup) -> None:
-    """model.gold_child_weight = c: each g ≻ v pair (tie_ok) counts c times inside ℓ, no other pair does."""
+def _gold_children(batch) -> torch.Tensor:
+    return batch["tie_ok"] & batch["mask"]  # child ≻ parent pairs: in P(v), the g ≻ v pairs
+
+
+def _gold_siblings(batch) -> torch.Tensor:
+    from canopy_lit.training.module import sibling_pairs
+
+    return sibling_pairs(batch)
+
+
+@pytest.mark.parametrize(
+    ("knob", "pairs_of"), [("gold_child_weight", _gold_children), ("gold_sibling_weight", _gold_siblings)]
+)
+def test_pair_cost_knob_weights_only_its_pairs_inside_the_loss(setup, knob: str, pairs_of) -> None:
+    """model.<knob> = c: each of its pairs (g ≻ v, or g ≻ n) counts c times inside ℓ, no other pair does."""
     from canopy_lit.training import pairwise_ranking_loss
 
     module, batch = setup
-    tie = batch["tie_ok"] & batch["mask"]
-    assert tie.any() and (batch["mask"] & ~batch["tie_ok"]).any()  # the real batch has both kinds of pair
+    costed = pairs_of(batch)
+    assert costed.any() and (batch["mask"] & ~costed).any()  # the real batch has both kinds of pair
     module.eval()
     module.log = lambda name, value, **kw: None  # no Trainer attached
     with torch.no_grad():
         win, lose = module.pair_scores(batch)
-        module.hparams.gold_child_weight = 5.0
+        module.hparams[knob] = 5.0
         weighted = module.training_step(batch, 0)
-        module.hparams.gold_child_weight = 1.0
+        module.hparams[knob] = 1.0
         plain = module.training_step(batch, 0)
     x = (20.0 * (lose - win)).masked_fill(~batch["mask"], float("-inf"))
-    by_hand = torch.log1p((torch.exp(x) * (1.0 + 4.0 * tie.float())).sum(1)).mean()
+    by_hand = torch.log1p((torch.exp(x) * (1.0 + 4.0 * costed.float())).sum(1)).mean()
     assert torch.allclose(weighted, by_hand, atol=1e-5)
     assert torch.allclose(plain, pairwise_ranking_loss(win, lose, batch["mask"]), atol=1e-6)
     assert weighted > plain
-    with pytest.raises(ValueError, match="gold_child_weight"):
-        NodeEncoderModule(module.encoder, gold_child_weight=0.0)
-
-
-def test_gold_sibling_weight_costs_only_the_gold_over_gold_free_sibling_pairs(setup) -> None:
-    """model.gold_sibling_weight = c: each g ≻ n pair counts c times inside ℓ, no other pair does."""
-    from canopy_lit.training.module import sibling_pairs
-
-    module, batch = setup
-    sib = sibling_pairs(batch)
-    assert sib.any() and (batch["mask"] & ~sib).any()
-    module.eval()
-    module.log = lambda name, value, **kw: None  # no Trainer attached
-    with torch.no_grad():
-        win, lose = module.pair_scores(batch)
-        module.hparams.gold_sibling_weight = 3.0
-        weighted = module.training_step(batch, 0)
-        module.hparams.gold_sibling_weight = 1.0
-    x = (20.0 * (lose - win)).masked_fill(~batch["mask"], float("-inf"))
-    by_hand = torch.log1p((torch.exp(x) * (1.0 + 2.0 * sib.float())).sum(1)).mean()
-    assert torch.allclose(weighted, by_hand, atol=1e-5)
-    with pytest.raises(ValueError, match="gold_sibling_weight"):
-        NodeEncoderModule(module.encoder, gold_sibling_weight=-1.0)
+    with pytest.raises(ValueError, match=knob):
+        NodeEncoderModule(module.encoder, **{knob: 0.0})
