@@ -132,7 +132,10 @@ class ResumableCheckpoint(L.Callback):
     def _save(self, trainer: L.Trainer, why: str) -> None:
         if trainer.fast_dev_run or trainer.sanity_checking:
             return
-        trainer.save_checkpoint(self.path)  # Lightning writes through a temp file: a kill never leaves half a file
+        # The full state (optimizer, loops, callbacks) is what an exact resume needs; saying so also keeps
+        # Lightning from logging "weights_only was not set" at every save. Lightning writes through a
+        # temp file: a kill never leaves half a file.
+        trainer.save_checkpoint(self.path, weights_only=False)
         self._saved_step = trainer.global_step
         log.debug("saved %s at global step %d (%s)", self.path, trainer.global_step, why)
 

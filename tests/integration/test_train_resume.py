@@ -65,6 +65,7 @@ def test_killed_and_resumed_run_matches_uninterrupted(tmp_path: Path) -> None:
     ref_dir, run_dir = tmp_path / "uninterrupted", tmp_path / "killed"
     ref = _train(ref_dir)
     assert ref.returncode == 0, ref.out[-3000:]
+    assert "weights_only` was not set" not in ref.out  # one log line per periodic save, before it said so
 
     # 1) SIGKILL at the start of epoch 1: only the epoch-0 end checkpoint (step 3) survives.
     first = _train(run_dir, *_kill_at(3, signal.SIGKILL))
