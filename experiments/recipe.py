@@ -147,6 +147,9 @@ def margin_runs(root: Path, scorer_part: int = 1) -> list[dict]:
     return out
 
 
+# The recall-aware rows next to f0 and base: the full grid's 21 curves hide them.
+SIBLING_ROWS = ("f0", "base", "gold_sibling10", "gold_sibling30", "gold_sibling10_steps300_last", "sibling10_qv",
+                "sibling10_qv_textonly", "sibling10_r16")  # fmt: skip
 SELECT_BENCHES = ("nq", "ottqa")  # validation splits large enough to select on (HotpotQA val: 8 questions)
 
 
@@ -232,10 +235,11 @@ def margin_table(runs: Sequence[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def margin_plot(runs: Sequence[dict], out: Path, split: str = "val") -> Path | None:
+def margin_plot(runs: Sequence[dict], out: Path, split: str = "val", only: Sequence[str] | None = None) -> Path | None:
     """Over δ, one column per benchmark, one curve per scorer: decision accuracy vs gold recall (top) and
-    gold recall vs kept-token ratio on gold items (bottom: which scorer keeps more gold per kept token)."""
-    sel = [r for r in runs if r["split"] == split]
+    gold recall vs kept-token ratio on gold items (bottom: which scorer keeps more gold per kept token).
+    ``only``: plot just these scorers (a readable subset of a large grid)."""
+    sel = [r for r in runs if r["split"] == split and (only is None or r["scorer"] in only)]
     if not sel:
         return None
     import matplotlib
@@ -301,6 +305,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     valprobes = margin_runs(args.valprobes, scorer_part=0)
     selection = selection_table(selection_grid(valprobes))
     margin_plot(valprobes, ROOT / "experiments" / "img" / "selection_accuracy_vs_recall.png")
+    margin_plot(valprobes, ROOT / "experiments" / "img" / "selection_sibling_accuracy_vs_recall.png", only=SIBLING_ROWS)
     if chosen_tests := margin_runs(args.selection_tests, scorer_part=0):
         selection += (
             "\nThe choices of the recall rule (each when it was made: the grid grew), probed once on the test splits:\n\n"
