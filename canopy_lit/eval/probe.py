@@ -15,6 +15,11 @@ refined; we measure
 
 Tokens here are whitespace tokens of the rendered evidence (no reader involved), so
 ratios are comparable across encoders.
+
+Every pooled ratio is also kept per question (``question_rows``: numerators and denominators), so two
+scorers probed on the same questions can be compared with a paired bootstrap over questions
+(``canopy_lit.eval.metrics.paired_ratio_bootstrap_ci``): gold leaves cluster by question, so a binomial
+error over leaves would understate the spread.
 """
 
 from __future__ import annotations
@@ -30,6 +35,13 @@ from canopy_lit.pipeline.scoring import NodeScorer
 from canopy_lit.refine import parent_relative, parent_relative_lazily
 from canopy_lit.supervision import decision_correct, gold_counts, preference_pairs, visited_nodes
 from canopy_lit.types import Item, Question, Tree
+
+# Per-question counts (``RefinementProbe.question_rows``, ``probe_questions.jsonl``): each pooled ratio is
+# sum(numerator) / sum(denominator) over questions, e.g. gold recall = gold_leaves_kept / gold_leaves.
+QUESTION_COUNTS = (
+    "gold_leaves", "gold_leaves_kept", "kept_tokens", "whole_tokens", "distractor_kept_tokens",
+    "distractor_whole_tokens", "decisions", "decisions_correct", "stops", "stops_correct",
+)  # fmt: skip
 
 
 def _words(text: str) -> int:
@@ -76,6 +88,7 @@ class RefinementProbe:
         self.questions = 0
         self.skipped_no_gold = 0  # questions without a located gold item (nothing to probe)
         self.node_rows: list[dict[str, Any]] = []  # per-node scores for plots
+        self.question_rows: list[dict[str, Any]] = []  # per-question counts behind every pooled ratio
         self.nodes_encoded = 0  # nodes sent to the encoder (distractor trees are scored lazily)
         self.nodes_in_trees = 0
 
@@ -107,6 +120,7 @@ class RefinementProbe:
         other_kept = parent_relative_lazily(other_trees, score_others, descend_margin=self.descend_margin)[0]
         self.nodes_encoded += sum(len(trees[i]) for i in gold)
         self.nodes_in_trees += sum(len(t) for t in trees.values())
+        row = dict.fromkeys(QUESTION_COUNTS, 0)
         for iid, leaves in gold.items():
             tree, scores = trees[iid], all_scores[iid]
             counts = gold_counts(tree, leaves)
@@ -116,15 +130,24 @@ class RefinementProbe:
                 self.decisions_by_modality[tree.item.modality.value].append(ok)
                 stop = bool(counts[v] == tree.ends[v] - tree.starts[v])
                 self.decisions_by_kind["stop" if stop else "descend"].append(ok)
+                row["decisions"] += 1
+                row["decisions_correct"] += int(ok)
+                row["stops"] += int(stop)
+                row["stops_correct"] += int(stop and ok)
             kept = parent_relative(tree, scores, self.descend_margin)
             kept_leaves = {leaf for v in kept for leaf in tree.leaf_range(v)}
-            self.gold_leaves += len(set(leaves))
-            self.gold_leaves_kept += len(set(leaves) & kept_leaves)
+            n_gold, n_kept = len(set(leaves)), len(set(leaves) & kept_leaves)
+            self.gold_leaves += n_gold
+            self.gold_leaves_kept += n_kept
             self.items += 1
             self.items_pruned += kept != [0]
             k, w = self._kept_tokens(tree, kept)
             self.kept_tokens[0] += k
             self.kept_tokens[1] += w
+            row["gold_leaves"] += n_gold
+            row["gold_leaves_kept"] += n_kept
+            row["kept_tokens"] += int(k)
+            row["whole_tokens"] += int(w)
             for v in range(len(tree)):
                 self.node_rows.append(
                     {
@@ -139,6 +162,9 @@ class RefinementProbe:
             k, w = self._kept_tokens(tree, kept)
             self.distractor_tokens[0] += k
             self.distractor_tokens[1] += w
+            row["distractor_kept_tokens"] += int(k)
+            row["distractor_whole_tokens"] += int(w)
+        self.question_rows.append({"question": question.id, **row})
 
     def metrics(self, prefix: str = "probe") -> dict[str, float]:
         all_dec = [d for ds in self.decisions.values() for d in ds]

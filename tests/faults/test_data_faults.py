@@ -63,6 +63,9 @@ def test_skipped_gold_and_records_are_reported_on_stderr_and_in_metrics(tmp_path
     m = metrics(run_dir)
     assert m["data/skipped/gold_sentence_out_of_range"] == 1.0 and m["data/skipped/malformed"] == 1.0
     assert m["probe/n_questions"] == 2.0
+    # the per-question counts behind a paired bootstrap: one row per probed question, nothing for skipped ones
+    rows = [json.loads(line) for line in (run_dir / "probe_questions.jsonl").read_text().splitlines()]
+    assert [r["question"] for r in rows] == ["q1", "q2"] and sum(r["gold_leaves"] for r in rows) > 0
     assert "skipped 1 x gold_sentence_out_of_range" in (run_dir / "evaluate.log").read_text()
 
 

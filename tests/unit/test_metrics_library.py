@@ -20,6 +20,7 @@ from canopy_lit.eval.metrics import (
     match_score,
     normalize_answer,
     paired_bootstrap_ci,
+    paired_ratio_bootstrap_ci,
 )
 from canopy_lit.eval.summary import score_record, summarize
 
@@ -156,3 +157,40 @@ def test_paired_bootstrap_ci() -> None:
     assert paired_bootstrap_ci(a + 1, a) == (1.0, 1.0)
     with pytest.raises(ValueError, match="equal length"):
         paired_bootstrap_ci([1, 0, 1], [1, 0])
+
+
+def test_paired_ratio_bootstrap_ci_resamples_questions_not_leaves() -> None:
+    # Pooled gold recall over questions with 1-8 gold leaves each: a question is kept or lost whole
+    # (its leaves share one tree), so the spread is the questions', larger than a binomial over leaves.
+    rng = np.random.default_rng(5)
+    leaves = rng.integers(1, 9, size=200).astype(float)
+    easy = rng.random(200)
+    kept_a = leaves * (easy > 0.2)  # a keeps every gold leaf of 80% of the questions
+    kept_b = leaves * (easy > 0.3)  # b keeps a subset of those
+    diff, lo, hi = paired_ratio_bootstrap_ci(kept_a, leaves, kept_b, leaves)
+    assert diff == pytest.approx(kept_a.sum() / leaves.sum() - kept_b.sum() / leaves.sum())
+    assert 0 < lo <= diff <= hi  # b never keeps more: the paired CI excludes 0
+    ref = stats.bootstrap(
+        (kept_a, leaves, kept_b, leaves),
+        lambda a, da, b, db, axis=-1: a.sum(axis) / da.sum(axis) - b.sum(axis) / db.sum(axis),
+        n_resamples=2000, paired=True, vectorized=True, rng=np.random.default_rng(0),
+    ).confidence_interval  # fmt: skip
+    assert (lo, hi) == pytest.approx((ref.low, ref.high))
+    # clustered: wider than the binomial interval over leaves would claim for one system's recall
+    _, lo_a, hi_a = paired_ratio_bootstrap_ci(kept_a, leaves, np.zeros(200), leaves)
+    p, n = kept_a.sum() / leaves.sum(), leaves.sum()
+    assert hi_a - lo_a > 2 * 1.96 * np.sqrt(p * (1 - p) / n)
+
+
+def test_paired_ratio_bootstrap_ci_degenerate_inputs() -> None:
+    leaves = np.array([1.0, 2.0, 3.0])
+    assert paired_ratio_bootstrap_ci(leaves, leaves, leaves, leaves) == (0.0, 0.0, 0.0)
+    # a keeps everything: the CI still has width, from b (a zero-width early exit on a alone would be wrong)
+    _, lo, hi = paired_ratio_bootstrap_ci([1, 1, 1, 1, 1, 1], [1] * 6, [1, 0, 1, 0, 1, 1], [1] * 6)
+    assert lo < hi
+    assert all(np.isnan(paired_ratio_bootstrap_ci([], [], [], [])))
+    assert paired_ratio_bootstrap_ci([1], [2], [0], [2]) == (0.5, 0.5, 0.5)
+    with pytest.raises(ValueError, match="one length"):
+        paired_ratio_bootstrap_ci([1, 0], [1, 1], [1], [1])
+    with pytest.raises(ValueError, match="sums to 0"):
+        paired_ratio_bootstrap_ci([0, 0], [0, 0], [1, 0], [1, 1])

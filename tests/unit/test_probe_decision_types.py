@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from canopy_lit.data import load_benchmark
-from canopy_lit.eval.probe import RefinementProbe
+from canopy_lit.eval.probe import QUESTION_COUNTS, RefinementProbe
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.types import Tree
 
@@ -65,3 +65,22 @@ def test_probe_judges_decisions_under_the_descend_margin() -> None:
     assert high["probe/decision_accuracy/stop"] == 1.0 and high["probe/decision_accuracy/descend"] == 0.0
     assert high["probe/gold_recall"] == 1.0 and high["probe/kept_token_ratio"] == 1.0
     assert high["probe/distractor_kept_token_ratio"] == 1.0 and high["probe/pruned_share"] == 0.0
+
+
+def test_probe_question_rows_add_up_to_every_pooled_ratio() -> None:
+    # The per-question counts (probe_questions.jsonl) behind the paired bootstrap must pool to the metrics.
+    bench = load_benchmark("hotpotqa")
+    probe = RefinementProbe(Hierarchy(2), DepthScorer(), descend_margin=0.5)
+    questions = list(bench.questions)[:30]
+    for q in questions:
+        probe.add(q, bench.items, bench.candidates.get(q.id, ()))
+    m, rows = probe.metrics(), probe.question_rows
+    assert [r["question"] for r in rows] == [q.id for q in questions if any(g for g in q.gold.values())]
+    total = {k: sum(r[k] for r in rows) for k in QUESTION_COUNTS}
+    assert total["gold_leaves_kept"] / total["gold_leaves"] == m["probe/gold_recall"]
+    assert total["kept_tokens"] / total["whole_tokens"] == m["probe/kept_token_ratio"]
+    assert total["distractor_kept_tokens"] / total["distractor_whole_tokens"] == m["probe/distractor_kept_token_ratio"]
+    assert total["decisions_correct"] / total["decisions"] == m["probe/decision_accuracy"]
+    assert total["stops"] == m["probe/n_nodes/stop"]
+    assert total["stops_correct"] / total["stops"] == m["probe/decision_accuracy/stop"]
+    assert all(isinstance(v, int) for r in rows for k, v in r.items() if k != "question")  # JSON-ready
