@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from canopy_lit.eval.metrics import paired_ratio_bootstrap_ci  # noqa: E402
 from experiments.paired import replace_block  # noqa: E402
 
 BENCHES = ("hotpotqa", "nq", "ottqa", "tatqa")
@@ -142,7 +143,7 @@ def margin_runs(root: Path, scorer_part: int = 1) -> list[dict]:
         out.append({
             "split": cfg["data"]["split"], "scorer": path.relative_to(root).parts[scorer_part],
             "benchmark": cfg["data"]["name"], "delta": float(cfg["refine"].get("descend_margin", 0.0)),
-            "m": json.loads(path.read_text()),
+            "m": json.loads(path.read_text()), "dir": path.parent,
         })  # fmt: skip
     return out
 
@@ -161,39 +162,96 @@ def pooled(ms: Sequence[dict], kind: str = "") -> tuple[float | None, int]:
     return (sum(a * w for a, w in hits) / total if total else None), int(total)
 
 
+# Pooled ratios of the probe as (numerator, denominator) columns of probe_questions.jsonl.
+RATIOS = {
+    "recall": ("gold_leaves_kept", "gold_leaves"),
+    "ratio": ("kept_tokens", "whole_tokens"),
+    "acc": ("decisions_correct", "decisions"),
+}
+MARGIN_ALPHA = 0.10  # rule (c): the lower end of a 90% interval, a one-sided 95% bound
+
+
+def question_rows(run_dir: Path | None) -> dict[str, dict] | None:
+    """question id -> per-question counts of a probe run (``probe_questions.jsonl``), None if it has none."""
+    path = run_dir / "probe_questions.jsonl" if run_dir is not None else None
+    if path is None or not path.is_file():
+        return None
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return {r["question"]: r for r in rows}
+
+
+def paired_diff(a: dict[str, dict] | None, b: dict[str, dict] | None, ratio: str = "recall", alpha: float = 0.05) -> tuple[float, float, float] | None:
+    """Pooled ``ratio`` of run a minus run b over the same questions, with a paired bootstrap (1 - alpha) CI.
+
+    None when either run lacks per-question rows. Raises ValueError when the runs probed different
+    questions: a paired comparison over a silent intersection would hide a changed split.
+    """
+    if a is None or b is None:
+        return None
+    if set(a) != set(b):
+        raise ValueError(f"paired comparison over different questions: {len(set(a) ^ set(b))} differ")
+    num, den = RATIOS[ratio]
+    ids = sorted(a)
+    cols = [[r[i][k] for i in ids] for r, k in ((a, num), (a, den), (b, num), (b, den))]
+    return paired_ratio_bootstrap_ci(*cols, alpha=alpha)
+
+
 def selection_grid(runs: Sequence[dict], split: str = "val", benches: Sequence[str] = SELECT_BENCHES) -> list[dict]:
     """One row per (scorer, δ) with every benchmark of ``benches`` on ``split``: pooled accuracy, and per
-    benchmark recall and kept-token ratio next to f0's (δ = 0) to check the recall and token goals."""
-    by_key = {(r["scorer"], r["delta"], r["benchmark"]): r["m"] for r in runs if r["split"] == split}
+    benchmark recall and kept-token ratio next to f0's (δ = 0) to check the recall and token goals; where
+    runs have per-question rows, the paired recall difference to f0 with a 90% interval (rule (c))."""
+    by_key = {(r["scorer"], r["delta"], r["benchmark"]): r for r in runs if r["split"] == split}
     f0 = {b: by_key.get(("f0", 0.0, b)) for b in benches}
+    f0_rows = {b: question_rows(f0[b].get("dir")) if f0[b] else None for b in benches}
     grid = []
     for scorer, delta in sorted({(s, d) for s, d, _ in by_key}):
-        ms = [by_key.get((scorer, delta, b)) for b in benches]
-        if any(m is None for m in ms):
+        rs = [by_key.get((scorer, delta, b)) for b in benches]
+        if any(r is None for r in rs):
             continue
+        ms = [r["m"] for r in rs]
         recall = {b: m.get("probe/gold_recall", float("nan")) for b, m in zip(benches, ms, strict=True)}
         ratio = {b: m.get("probe/kept_token_ratio", float("nan")) for b, m in zip(benches, ms, strict=True)}
-        keeps = all(f0[b] is not None and recall[b] >= f0[b].get("probe/gold_recall", float("inf")) for b in benches)
+        keeps = all(f0[b] is not None and recall[b] >= f0[b]["m"].get("probe/gold_recall", float("inf")) for b in benches)
+        tokens = all(r <= 0.55 for r in ratio.values())
+        ci = {b: paired_diff(question_rows(r.get("dir")), f0_rows[b], "recall", MARGIN_ALPHA) for b, r in zip(benches, rs, strict=True)}
+        margin = all(c is not None and c[1] >= 0 for c in ci.values())
         grid.append({
             "scorer": scorer, "delta": delta, "acc": pooled(ms), "stop": pooled(ms, "stop"), "recall": recall,
-            "ratio": ratio, "keeps_recall": keeps, "meets_tokens": keeps and all(r <= 0.55 for r in ratio.values()),
+            "ratio": ratio, "keeps_recall": keeps, "meets_tokens": keeps and tokens, "recall_ci": ci,
+            "margin_ok": margin and tokens,
         })  # fmt: skip
     return grid
 
 
-def select(grid: Sequence[dict], recall_constrained: bool) -> dict | None:
-    """The validation choice: the highest pooled decision accuracy, over adapters at δ = 0 (the paper's
-    rule), or over every (adapter, δ) that keeps at least f0's gold recall on each selection benchmark."""
+RULES = {
+    "paper": "accuracy at δ = 0",
+    "recall": "accuracy with recall ≥ f0 (any δ)",
+    "margin": "accuracy with recall ≥ f0 by a one-sided 95% paired bound and ratio ≤ 0.55 (rule (c))",
+}
+
+
+def select(grid: Sequence[dict], rule: str) -> dict | None:
+    """The validation choice: the highest pooled decision accuracy over (a) ``paper``: adapters at δ = 0;
+    (b) ``recall``: every (adapter, δ) keeping at least f0's gold recall on each selection benchmark;
+    (c) ``margin``: every (adapter, δ) whose paired 90% interval of recall - f0 lies at or above 0 on each
+    selection benchmark, with a kept-token ratio <= 0.55 on each."""
+    if rule not in RULES:
+        raise ValueError(f"unknown selection rule {rule!r}; one of {sorted(RULES)}")
     pool = [g for g in grid if g["scorer"] != "f0" and g["acc"][0] is not None]
-    pool = [g for g in pool if g["keeps_recall"]] if recall_constrained else [g for g in pool if g["delta"] == 0.0]
-    return max(pool, key=lambda g: g["acc"][0], default=None)
+    keep = {"paper": lambda g: g["delta"] == 0.0, "recall": lambda g: g["keeps_recall"], "margin": lambda g: g["margin_ok"]}
+    return max((g for g in pool if keep[rule](g)), key=lambda g: g["acc"][0], default=None)
+
+
+def _ci_cell(c: tuple[float, float, float] | None) -> str:
+    return "–" if c is None else f"{100 * c[0]:+.1f} [{100 * c[1]:+.1f}, {100 * c[2]:+.1f}]"
 
 
 def selection_table(grid: Sequence[dict], benches: Sequence[str] = SELECT_BENCHES) -> str:
     if not grid:
         return "_No validation probe runs yet._\n"
     head = ["scorer", "δ", "decision acc (n)", "stop acc (n)",
-            *(f"{b} gold recall / kept-token ratio" for b in benches), "recall ≥ f0", "and ratio ≤ 0.55"]  # fmt: skip
+            *(f"{b} gold recall / kept-token ratio" for b in benches), "recall ≥ f0", "and ratio ≤ 0.55",
+            *(f"{b} recall − f0 [90% CI]" for b in benches), "rule (c)"]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for g in grid:
         (acc, n), (stop, ns) = g["acc"], g["stop"]
@@ -201,11 +259,30 @@ def selection_table(grid: Sequence[dict], benches: Sequence[str] = SELECT_BENCHE
             g["scorer"], f"{g['delta']:g}", f"{_pct(acc)} ({n})", f"{_pct(stop)} ({ns})",
             *(f"{_pct(g['recall'][b])} / {g['ratio'][b]:.3f}" for b in benches),
             "yes" if g["keeps_recall"] else "no", "yes" if g["meets_tokens"] else "no",
+            *(_ci_cell(g["recall_ci"].get(b)) for b in benches), "yes" if g["margin_ok"] else "no",
         ]) + " |")  # fmt: skip
-    for label, constrained in (("accuracy at δ = 0", False), ("accuracy with recall ≥ f0 (any δ)", True)):
-        g = select(grid, constrained)
+    for rule, label in RULES.items():
+        g = select(grid, rule)
         lines.append(f"\nSelected on validation by {label}: "
                      + (f"`{g['scorer']}` at δ = {g['delta']:g} ({_pct(g['acc'][0])})." if g else "none of the grid."))
+    return "\n".join(lines) + "\n"
+
+
+def paired_test_table(runs: Sequence[dict], f0_runs: Sequence[dict], alpha: float = 0.05) -> str:
+    """Test probes against f0 (δ = 0) on the same questions: paired differences with (1 - alpha) CIs of
+    decision accuracy, gold recall and kept-token ratio, per benchmark."""
+    f0 = {(r["benchmark"], r["split"]): r for r in f0_runs if r["scorer"] == "f0" and r["delta"] == 0.0}
+    head = ["benchmark", "scorer", "δ", "questions", "decision acc − f0", "gold recall − f0", "kept-token ratio − f0 (×100)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in sorted(runs, key=lambda r: (r["benchmark"], r["scorer"], r["delta"])):
+        base = f0.get((r["benchmark"], r["split"]))
+        if r["scorer"] == "f0" or base is None:
+            continue
+        a, b = question_rows(r.get("dir")), question_rows(base.get("dir"))
+        if a is None or b is None:
+            continue
+        cells = [_ci_cell(paired_diff(a, b, k, alpha)) for k in ("acc", "recall", "ratio")]
+        lines.append(f"| {r['benchmark']} | {r['scorer']} | {r['delta']:g} | {len(a)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -311,12 +388,16 @@ def main(argv: Sequence[str] | None = None) -> None:
             "\nThe choices of the recall rule (each when it was made: the grid grew), probed once on the test splits:\n\n"
             + margin_table(chosen_tests)
         )
+    # Every test probe against f0 on the same questions, with paired 95% intervals.
+    test_probes = margin_runs(args.probes, scorer_part=1)
+    paired_tests = paired_test_table([*test_probes, *chosen_tests], test_probes)
     if args.doc.is_file():
         replace_block(args.doc, "selection", selection)
         replace_block(args.doc, "recipe", body)
         replace_block(args.doc, "recipe_probe", probes)
         replace_block(args.doc, "margin", margin_body)
-    print(body + "\n" + probes + "\n" + margin_body + "\n" + selection)
+        replace_block(args.doc, "paired_test", paired_tests)
+    print(body + "\n" + probes + "\n" + margin_body + "\n" + selection + "\n" + paired_tests)
 
 
 if __name__ == "__main__":

@@ -19,18 +19,25 @@ QWEN3VL_ALIASES = {"qwen3vl", "qwen3-vl-embedding-2b", "qwen3vl_embedding_2b"}
 QWEN3VL_HUB_ID = "Qwen/Qwen3-VL-Embedding-2B"
 
 
-def load_encoder(backbone: str = "minilm", adapter: str | Path | None = None, **kwargs: Any) -> NodeEncoder:
+def load_encoder(
+    backbone: str = "minilm", adapter: str | Path | None = None, adapter_scale: float = 1.0, **kwargs: Any
+) -> NodeEncoder:
     """Build a node encoder and optionally load a trained adapter.
 
     Args:
         backbone: ``"minilm"`` (bundled all-MiniLM-L6-v2), ``"qwen3vl"`` (Qwen/Qwen3-VL-Embedding-2B),
             a hub id or a local folder (a folder with ``model_type: qwen3_vl`` is loaded as Qwen3-VL).
         adapter: a folder written by ``NodeEncoder.save_adapter`` (or ``None`` = f0 everywhere).
+        adapter_scale: weight-space interpolation of fθ toward f0: W0 + scale * ΔW (1 = as trained, 0 = f0;
+            ``NodeEncoder.load_adapter``). Only with an adapter.
         **kwargs: passed to the encoder class (``max_seq_length``, ``device``, ``torch_dtype`` ...).
             Without ``max_seq_length``, an adapter's own (from its fingerprint file) is used: the length
             is part of the backbone hash the adapter must match.
     """
     name = str(backbone)
+    adapter_scale = float(adapter_scale)
+    if not adapter and adapter_scale != 1.0:
+        raise ValueError(f"adapter_scale={adapter_scale} needs an adapter (encoder.adapter is {adapter!r})")
     if adapter and "max_seq_length" not in kwargs:
         saved = Path(adapter) / FINGERPRINT_FILE
         length = json.loads(saved.read_text()).get("max_seq_length") if saved.is_file() else None
@@ -45,7 +52,7 @@ def load_encoder(backbone: str = "minilm", adapter: str | Path | None = None, **
 
         enc = TextEncoder(name, **kwargs)
     if adapter:
-        enc.load_adapter(adapter)
+        enc.load_adapter(adapter, scale=adapter_scale)
     return enc
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -203,8 +204,13 @@ class NodeEncoder(ABC, nn.Module):
             p.requires_grad_(False)
         self.model = get_peft_model(self.model, self.lora_config(r, alpha, dropout, target_modules, layers))
 
-    def load_adapter(self, path: str | Path, trainable: bool = False) -> None:
+    def load_adapter(self, path: str | Path, trainable: bool = False, scale: float = 1.0) -> None:
         """Load a saved peft adapter folder onto the backbone.
+
+        ``scale`` multiplies the adapter's weight update: W0 + scale * BA, i.e. weight-space interpolation
+        between f0 (0) and fθ (1), as WiSE-FT (Wortsman et al., 2022) does between zero-shot and fine-tuned
+        weights. It scales the ``lora_B`` weights themselves, not peft's ``scaling`` factor, so the adapter
+        hash, and with it every node-embedding cache key, tells the scales apart.
 
         Checked before peft sees the folder, each failure one ``ValueError`` naming the folder or file:
         the fingerprint's backbone hash (or, without a fingerprint, ``adapter_config.json``'s
@@ -214,6 +220,8 @@ class NodeEncoder(ABC, nn.Module):
         from peft import PeftModel
 
         path = Path(path)
+        if not (math.isfinite(scale) and scale >= 0):
+            raise ValueError(f"adapter scale must be a finite number >= 0 (0 = f0, 1 = the adapter as trained), got {scale}")
         if not (path / "adapter_config.json").is_file():
             raise FileNotFoundError(f"{path}: not a peft adapter folder (no adapter_config.json)")
         if self.has_adapter:
@@ -236,6 +244,11 @@ class NodeEncoder(ABC, nn.Module):
         for p in self.model.parameters():  # the backbone never trains; the adapter only when asked
             p.requires_grad_(False)
         self.model = PeftModel.from_pretrained(self.model, str(path), is_trainable=trainable)
+        if scale != 1.0:
+            with torch.no_grad():
+                for name, p in self.model.named_parameters():
+                    if "lora_B" in name:
+                        p.mul_(scale)
         if not trainable:
             for p in self.model.parameters():
                 p.requires_grad_(False)

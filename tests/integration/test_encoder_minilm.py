@@ -117,3 +117,25 @@ def test_token_budget_batches_bound_padded_tokens_and_keep_embeddings() -> None:
     assert [p for b in batches for p in b] == list(range(len(texts)))  # every input exactly once, in order
     assert all(len(b) <= 8 and (len(b) == 1 or len(b) * lengths[b[0]] <= 64) for b in batches)
     assert torch.allclose(enc.encode_nodes(texts), reference, atol=1e-5)
+
+
+def test_adapter_scale_interpolates_weights_between_f0_and_ftheta(trained, tmp_path) -> None:
+    # WiSE-FT for LoRA: every adapted layer computes W0 x + scale * ΔW x, so scale 0.5 is the midpoint.
+    enc, base_nodes = trained
+    path = enc.save_adapter(tmp_path / "adapter")
+    encs = {s: load_encoder("minilm", adapter=path, adapter_scale=s) for s in (0.0, 0.5, 1.0)}
+    x = torch.randn(3, encs[1.0].dim)
+    outs = {}
+    for s, e in encs.items():
+        layer = next(m for n, m in e.model.named_modules() if n.endswith("attention.self.query") and hasattr(m, "lora_B"))
+        outs[s] = layer(x)
+    assert not torch.allclose(outs[0.0], outs[1.0], atol=1e-4)  # the adapter moves this layer
+    assert torch.allclose(outs[0.5], (outs[0.0] + outs[1.0]) / 2, atol=1e-5)
+    assert torch.allclose(encs[0.0].encode_nodes(TEXTS), base_nodes, atol=1e-6)  # scale 0 is f0
+    assert torch.allclose(encs[1.0].encode_nodes(TEXTS), enc.encode_nodes(TEXTS), atol=1e-6)
+    # each scale is its own encoder for the node-embedding cache
+    assert len({e.fingerprint for e in encs.values()}) == 3 and encs[1.0].fingerprint == enc.fingerprint
+    with pytest.raises(ValueError, match="adapter scale must be a finite number"):
+        load_encoder("minilm", adapter=path, adapter_scale=-1)
+    with pytest.raises(ValueError, match="needs an adapter"):
+        load_encoder("minilm", adapter_scale=0.5)

@@ -1,10 +1,23 @@
-"""The recipe study's validation selection (experiments/recipe.py): pooled accuracy and the recall-constrained choice."""
+"""The recipe study's validation selection (experiments/recipe.py): pooled accuracy, the recall-constrained
+choice, and rule (c)'s paired recall margin."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
-from experiments.recipe import choose_margin, pooled, select, selection_grid, selection_table
+from experiments.recipe import (
+    choose_margin,
+    paired_diff,
+    paired_test_table,
+    pooled,
+    question_rows,
+    select,
+    selection_grid,
+    selection_table,
+)
 
 
 def _run(scorer: str, delta: float, bench: str, acc: float, n: int, recall: float, ratio: float, split: str = "val") -> dict:
@@ -32,8 +45,8 @@ def test_recall_constrained_choice_skips_adapters_that_lose_gold() -> None:
     ]
     grid = selection_grid(runs)
     assert {(g["scorer"], g["delta"]) for g in grid} == {("f0", 0.0), ("sharp", 0.0), ("sharp", 0.02), ("calm", 0.0), ("calm", 0.01)}
-    assert select(grid, recall_constrained=False)["scorer"] == "sharp"
-    best = select(grid, recall_constrained=True)
+    assert select(grid, "paper")["scorer"] == "sharp"
+    best = select(grid, "recall")
     assert (best["scorer"], best["delta"], best["meets_tokens"]) == ("calm", 0.01, True)
     text = selection_table(grid)
     assert "`sharp` at δ = 0" in text and "`calm` at δ = 0.01" in text
@@ -45,5 +58,57 @@ def test_no_feasible_choice_is_said_plainly() -> None:
     runs = [_run("f0", 0.0, b, 0.4, 10, 0.9, 0.6) for b in ("nq", "ottqa")]
     runs += [_run("ft", 0.0, b, 0.6, 10, 0.5, 0.4) for b in ("nq", "ottqa")]
     grid = selection_grid(runs)
-    assert select(grid, recall_constrained=True) is None
+    assert select(grid, "recall") is None
     assert "with recall ≥ f0 (any δ): none of the grid" in selection_table(grid)
+
+
+def _probe_dir(tmp: Path, name: str, kept: list[int], correct: list[int] | None = None) -> Path:
+    """A probe run folder's probe_questions.jsonl: one gold leaf per question, kept or not."""
+    d = tmp / name
+    d.mkdir()
+    rows = [{"question": f"q{i}", "gold_leaves": 1, "gold_leaves_kept": k, "kept_tokens": 5, "whole_tokens": 10,
+             "decisions": 1, "decisions_correct": (correct or kept)[i]} for i, k in enumerate(kept)]  # fmt: skip
+    (d / "probe_questions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return d
+
+
+def test_rule_c_needs_a_paired_recall_margin_not_a_tie(tmp_path: Path) -> None:
+    n = 200
+    f0 = [1] * 160 + [0] * 40  # 80% recall
+    tie = [1] * 150 + [0] * 10 + [1] * 10 + [0] * 30  # 80%: loses 10 of f0's questions, wins 10 others
+    ahead = [1] * 160 + [1] * 16 + [0] * 24  # 88%: every f0 question and 16 more
+    dirs = {name: _probe_dir(tmp_path, name, kept) for name, kept in (("f0", f0), ("tie", tie), ("ahead", ahead))}
+    runs = []
+    for name, acc in (("f0", 0.40), ("tie", 0.60), ("ahead", 0.50)):
+        for b in ("nq", "ottqa"):
+            r = _run(name, 0.0, b, acc, n, sum({"f0": f0, "tie": tie, "ahead": ahead}[name]) / n, 0.5)
+            runs.append({**r, "dir": dirs[name]})
+    grid = selection_grid(runs)
+    by = {g["scorer"]: g for g in grid}
+    assert by["tie"]["keeps_recall"] and not by["tie"]["margin_ok"]  # rule (b) takes a tie, rule (c) does not
+    assert by["ahead"]["margin_ok"] and by["ahead"]["recall_ci"]["nq"][1] > 0
+    assert select(grid, "recall")["scorer"] == "tie" and select(grid, "margin")["scorer"] == "ahead"
+    assert "rule (c)): `ahead` at δ = 0" in selection_table(grid)
+    with pytest.raises(ValueError, match="unknown selection rule"):
+        select(grid, "best")
+    # the same margin with too many tokens does not qualify
+    fat = [{**r, "m": {**r["m"], "probe/kept_token_ratio": 0.6}} if r["scorer"] == "ahead" else r for r in runs]
+    assert select(selection_grid(fat), "margin") is None
+
+
+def test_paired_comparison_refuses_different_questions(tmp_path: Path) -> None:
+    a = question_rows(_probe_dir(tmp_path, "a", [1, 0, 1]))
+    b = question_rows(_probe_dir(tmp_path, "b", [1, 1]))
+    with pytest.raises(ValueError, match="different questions"):
+        paired_diff(a, b)
+    assert paired_diff(a, None) is None and question_rows(tmp_path / "missing") is None
+
+
+def test_paired_test_table_rows_against_f0(tmp_path: Path) -> None:
+    f0 = _probe_dir(tmp_path, "f0", [1] * 30 + [0] * 10, correct=[0] * 40)
+    ft = _probe_dir(tmp_path, "ft", [1] * 20 + [0] * 20, correct=[1] * 40)
+    runs = [{**_run("f0", 0.0, "nq", 0, 40, 0.75, 0.5, split="test"), "dir": f0},
+            {**_run("ftheta_x", 0.01, "nq", 1, 40, 0.5, 0.5, split="test"), "dir": ft}]  # fmt: skip
+    table = paired_test_table(runs, runs)
+    assert "| nq | ftheta_x | 0.01 | 40 | +100.0 [+100.0, +100.0] | -25.0 [" in table
+    assert "| nq | f0 |" not in table
