@@ -28,7 +28,7 @@ from canopy_lit.eval.probe import RefinementProbe, gold_questions
 from canopy_lit.eval.records import RunLock, write_run_axes
 from canopy_lit.eval.summary import markdown_table, summarize
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.pipeline.build import build_encoder, build_loop, load_questions
+from canopy_lit.pipeline.build import adapter_scale_label, build_encoder, build_loop, load_questions
 from canopy_lit.pipeline.scoring import NodeScorer
 from canopy_lit.pipeline.trace import STAGES
 from canopy_lit.retrieval.evaluate import evaluate_retrieval
@@ -50,7 +50,7 @@ def _setting(cfg: DictConfig) -> str:
         f"benchmark={cfg.data.name} split={cfg.data.get('split')} method={cfg.method.name} "
         f"k={cfg.retrieval.k} B={cfg.tree.branching} R={cfg.loop.max_rounds} "
         f"refine={cfg.refine._target_.rsplit('.', 1)[-1]} encoder={cfg.encoder.get('backbone')} "
-        f"adapter={cfg.encoder.get('adapter')}"
+        f"adapter={cfg.encoder.get('adapter')}{adapter_scale_label(cfg)}"
         + (f" scorer={cfg.refine.scorer}" if cfg.refine.get("scorer") else "")  # a refiner's own scorer (recomp: f0)
     )
 
@@ -81,7 +81,7 @@ def run_probe(cfg: DictConfig) -> dict[str, float]:
     row["benchmark"] = cfg.data.name
     setting = (
         f"benchmark={cfg.data.name} split={cfg.data.get('split')} B={cfg.tree.branching} "
-        f"encoder={cfg.encoder.get('backbone')} adapter={cfg.encoder.get('adapter')} descend_margin={margin:g}"
+        f"encoder={cfg.encoder.get('backbone')} adapter={cfg.encoder.get('adapter')}{adapter_scale_label(cfg)} descend_margin={margin:g}"
     )
     write_run_outputs(out_dir, metrics, markdown_table([row], ["benchmark", *cols], setting))
     return metrics

@@ -39,7 +39,13 @@ from canopy_lit.eval.metrics import bootstrap_ci, normalize_answer
 from canopy_lit.eval.records import read_predictions
 from canopy_lit.eval.summary import markdown_table
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.pipeline.build import build_encoder, build_retriever, build_scorer, load_questions
+from canopy_lit.pipeline.build import (
+    adapter_scale_label,
+    build_encoder,
+    build_retriever,
+    build_scorer,
+    load_questions,
+)
 from canopy_lit.pipeline.loop import EvidenceLoop, LoopSettings
 from canopy_lit.pipeline.retrievers import CandidateRetriever
 from canopy_lit.pipeline.trace import STAGES, QuestionRecord
@@ -515,7 +521,7 @@ def run_evidence(cfg: DictConfig, out_dir: Path) -> dict[str, float]:
     setting = (
         f"benchmark={cfg.data.name} split={cfg.data.get('split')} scope={cfg.retriever.get('name')} "
         f"k={cfg.retrieval.k} B={cfg.tree.branching} refine={refine} encoder={cfg.encoder.get('backbone')} "
-        f"adapter={cfg.encoder.get('adapter')} tokenizer={cfg.evidence.tokenizer}"
+        f"adapter={cfg.encoder.get('adapter')}{adapter_scale_label(cfg)} tokenizer={cfg.evidence.tokenizer}"
     )
     write_run_outputs(
         out_dir, metrics, markdown_table([row], ["refine", "benchmark", *EVIDENCE_COLUMNS], setting)

@@ -69,6 +69,12 @@ def load_questions(cfg: DictConfig, notify: Callable[[str], None] = _stderr) -> 
     return bench, questions
 
 
+def adapter_scale_label(cfg: DictConfig) -> str:
+    """`` adapter_scale=s`` when fθ is interpolated toward f0 (s != 1): a table's setting line must not pass it off as fθ."""
+    s = float(cfg.encoder.get("adapter_scale", 1.0))
+    return "" if s == 1.0 else f" adapter_scale={s:g}"
+
+
 def build_encoder(cfg: DictConfig) -> Any:
     """The node/query encoder of ``cfg.encoder`` (its ``_target_``, e.g. ``load_encoder``)."""
     return instantiate(cfg.encoder)
