@@ -76,7 +76,7 @@ def run_probe(cfg: DictConfig) -> dict[str, float]:
         fh.writelines(json.dumps(r) + "\n" for r in probe.node_rows)
     with (out_dir / "probe_questions.jsonl").open("w", encoding="utf-8") as fh:  # for paired bootstrap CIs
         fh.writelines(json.dumps(r) + "\n" for r in probe.question_rows)
-    cols = ["decision_accuracy", "gold_recall", "pruned_share", "kept_token_ratio", "distractor_kept_token_ratio", "n_nodes"]
+    cols = ["decision_accuracy", "gold_recall", "gold_recall_ci95_low", "gold_recall_ci95_high", "pruned_share", "kept_token_ratio", "distractor_kept_token_ratio", "n_nodes"]
     row = {c: metrics.get(f"probe/{c}") for c in cols}
     row["benchmark"] = cfg.data.name
     setting = (

@@ -153,6 +153,36 @@ def paired_bootstrap_ci(
     return _ci((x, y), _mean_diff, n_boot, alpha, seed, method, paired=True)
 
 
+def _ratio(num: np.ndarray, den: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.sum(num, axis=axis) / np.sum(den, axis=axis)
+
+
+def ratio_bootstrap_ci(
+    num: Sequence[float], den: Sequence[float], n_boot: int = 2000, alpha: float = 0.05, seed: int = 0
+) -> tuple[float, float]:
+    """(1 - alpha) percentile bootstrap CI of a pooled ratio sum(num) / sum(den), resampling questions.
+
+    Args:
+        num, den: (n,) per-question numerators and denominators (e.g. gold leaves kept, gold leaves).
+
+    Returns (nan, nan) for no questions or a zero denominator total.
+    """
+    x, y = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(f"ratio_bootstrap_ci needs two 1-D arrays of one length, got {x.shape} and {y.shape}")
+    keep = y > 0  # nothing to pool: adds nothing to the ratio
+    x, y = x[keep], y[keep]
+    if len(x) == 0:
+        return (float("nan"), float("nan"))
+    point = float(x.sum() / y.sum())
+    if len(x) < 2:
+        return point, point
+    idx = np.random.default_rng(seed).integers(0, len(x), size=(n_boot, len(x)))
+    stats_ = _ratio(x[idx], y[idx])
+    lo, hi = np.quantile(stats_, [alpha / 2, 1 - alpha / 2])
+    return float(lo), float(hi)
+
+
 def _ratio_diff(num_a: np.ndarray, den_a: np.ndarray, num_b: np.ndarray, den_b: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.sum(num_a, axis=axis) / np.sum(den_a, axis=axis) - np.sum(num_b, axis=axis) / np.sum(den_b, axis=axis)
 

@@ -6,7 +6,8 @@ refined; we measure
 - ``probe/decision_accuracy``: share of nodes v in V_i whose every preference in P(v) holds, also by
   depth, modality and decision type (``.../stop``: v fully gold, keep it whole; ``.../descend``: v partly
   gold), with ``probe/n_nodes/<group>`` counts;
-- ``probe/gold_recall``: share of gold leaves inside the retained nodes;
+- ``probe/gold_recall``: share of gold leaves inside the retained nodes (with ``_ci95_low``/``_ci95_high``,
+  a bootstrap over questions, as for ``probe/decision_accuracy``);
 - ``probe/pruned_share``: share of gold items from which refinement removes something;
 - ``probe/kept_token_ratio``: kept / whole-item tokens on gold items, and
   ``probe/distractor_kept_token_ratio`` the same on the question's non-gold candidates;
@@ -30,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from canopy_lit.eval.metrics import ratio_bootstrap_ci
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.pipeline.scoring import NodeScorer
 from canopy_lit.refine import parent_relative, parent_relative_lazily
@@ -178,6 +180,11 @@ class RefinementProbe:
             f"{prefix}/pruned_share": self.items_pruned / self.items if self.items else float("nan"),
             f"{prefix}/kept_token_ratio": self.kept_tokens[0] / self.kept_tokens[1] if self.kept_tokens[1] else float("nan"),
         }
+        # 95% intervals over questions (a question's gold leaves and decisions rise and fall together)
+        for name, (num, den) in (("gold_recall", ("gold_leaves_kept", "gold_leaves")),
+                                 ("decision_accuracy", ("decisions_correct", "decisions"))):  # fmt: skip
+            lo, hi = ratio_bootstrap_ci([r[num] for r in self.question_rows], [r[den] for r in self.question_rows])
+            out[f"{prefix}/{name}_ci95_low"], out[f"{prefix}/{name}_ci95_high"] = lo, hi
         if self.nodes_in_trees:
             out[f"{prefix}/encoded_node_share"] = self.nodes_encoded / self.nodes_in_trees
         if self.distractor_tokens[1]:

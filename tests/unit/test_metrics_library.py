@@ -21,6 +21,7 @@ from canopy_lit.eval.metrics import (
     normalize_answer,
     paired_bootstrap_ci,
     paired_ratio_bootstrap_ci,
+    ratio_bootstrap_ci,
 )
 from canopy_lit.eval.summary import score_record, summarize
 
@@ -194,3 +195,18 @@ def test_paired_ratio_bootstrap_ci_degenerate_inputs() -> None:
         paired_ratio_bootstrap_ci([1, 0], [1, 1], [1], [1])
     with pytest.raises(ValueError, match="sums to 0"):
         paired_ratio_bootstrap_ci([0, 0], [0, 0], [1, 0], [1, 1])
+
+
+def test_ratio_bootstrap_ci_covers_the_pooled_ratio_and_widens_with_clustering() -> None:
+    rng = np.random.default_rng(2)
+    leaves = rng.integers(1, 9, size=150).astype(float)
+    kept = leaves * (rng.random(150) > 0.3)  # questions kept or lost whole
+    lo, hi = ratio_bootstrap_ci(kept, leaves)
+    p, n = kept.sum() / leaves.sum(), leaves.sum()
+    assert lo < p < hi
+    assert hi - lo > 2 * 1.96 * np.sqrt(p * (1 - p) / n)  # wider than the binomial over leaves
+    assert ratio_bootstrap_ci(kept, leaves) == ratio_bootstrap_ci(kept, leaves)  # seeded
+    assert ratio_bootstrap_ci([1, 2], [2, 4]) == (0.5, 0.5)
+    assert all(np.isnan(ratio_bootstrap_ci([0], [0])))
+    with pytest.raises(ValueError, match="one length"):
+        ratio_bootstrap_ci([1, 2], [1])

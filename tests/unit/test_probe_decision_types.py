@@ -84,3 +84,7 @@ def test_probe_question_rows_add_up_to_every_pooled_ratio() -> None:
     assert total["stops"] == m["probe/n_nodes/stop"]
     assert total["stops_correct"] / total["stops"] == m["probe/decision_accuracy/stop"]
     assert all(isinstance(v, int) for r in rows for k, v in r.items() if k != "question")  # JSON-ready
+    for name in ("gold_recall", "decision_accuracy"):  # intervals over questions around each pooled ratio
+        assert m[f"probe/{name}_ci95_low"] <= m[f"probe/{name}"] <= m[f"probe/{name}_ci95_high"]
+    assert m["probe/gold_recall_ci95_low"] == 1.0  # every gold leaf kept in every question: no spread
+    assert m["probe/decision_accuracy_ci95_low"] < m["probe/decision_accuracy_ci95_high"]
