@@ -151,6 +151,8 @@ def margin_runs(root: Path, scorer_part: int = 1) -> list[dict]:
 # The recall-aware rows next to f0 and base: the full grid's 21 curves hide them.
 SIBLING_ROWS = ("f0", "base", "gold_sibling10", "gold_sibling30", "gold_sibling10_steps300_last", "sibling10_qv",
                 "sibling10_qv_textonly", "sibling10_r16")  # fmt: skip
+# Weight-space interpolation toward f0 (encoder.adapter_scale): each adapter next to its scaled versions.
+INTERPOLATION_ROWS = ("f0", *(f"{r}{s}" for r in ("base", "lora_r16", "gold_sibling30") for s in ("", "_s0.5", "_s0.75")))
 SELECT_BENCHES = ("nq", "ottqa")  # validation splits large enough to select on (HotpotQA val: 8 questions)
 
 
@@ -363,6 +365,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--margins", type=Path, default=ROOT / "experiments" / "runs" / "margin")
     ap.add_argument("--valprobes", type=Path, default=ROOT / "experiments" / "runs" / "valprobe")
     ap.add_argument("--selection-tests", type=Path, default=ROOT / "experiments" / "runs" / "selection_test")
+    # TAT-QA's validation questions: zero-shot like its test split (never trained on, never selected on)
+    ap.add_argument("--zeroshot-val", type=Path, default=ROOT / "experiments" / "runs" / "zeroshot_val")
     args = ap.parse_args(argv)
     body = render(args.runs)
     probes = probe_table(args.probes)
@@ -383,6 +387,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     selection = selection_table(selection_grid(valprobes))
     margin_plot(valprobes, ROOT / "experiments" / "img" / "selection_accuracy_vs_recall.png")
     margin_plot(valprobes, ROOT / "experiments" / "img" / "selection_sibling_accuracy_vs_recall.png", only=SIBLING_ROWS)
+    margin_plot(valprobes, ROOT / "experiments" / "img" / "selection_interpolation_accuracy_vs_recall.png", only=INTERPOLATION_ROWS)
     if chosen_tests := margin_runs(args.selection_tests, scorer_part=0):
         selection += (
             "\nThe choices of the recall rule (each when it was made: the grid grew), probed once on the test splits:\n\n"
@@ -391,13 +396,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     # Every test probe against f0 on the same questions, with paired 95% intervals.
     test_probes = margin_runs(args.probes, scorer_part=1)
     paired_tests = paired_test_table([*test_probes, *chosen_tests], test_probes)
+    zeroshot = margin_runs(args.zeroshot_val, scorer_part=0)
+    paired_zeroshot = paired_test_table(zeroshot, zeroshot)
     if args.doc.is_file():
         replace_block(args.doc, "selection", selection)
         replace_block(args.doc, "recipe", body)
         replace_block(args.doc, "recipe_probe", probes)
         replace_block(args.doc, "margin", margin_body)
         replace_block(args.doc, "paired_test", paired_tests)
-    print(body + "\n" + probes + "\n" + margin_body + "\n" + selection + "\n" + paired_tests)
+        replace_block(args.doc, "zeroshot_val", paired_zeroshot)
+    print(body + "\n" + probes + "\n" + margin_body + "\n" + selection + "\n" + paired_tests + "\n" + paired_zeroshot)
 
 
 if __name__ == "__main__":

@@ -263,7 +263,8 @@ def adapter_axes(cfg: Mapping[str, Any]) -> tuple[str | None, str | None]:
 
 def scorer_name(cfg: Mapping[str, Any]) -> str | None:
     """The node scorer behind a run's evidence: a refiner's own (``refine.scorer``, e.g. RECOMP's f0),
-    None for whole items in QA runs (nothing scored), else fθ when an adapter is loaded and f0 otherwise."""
+    None for whole items in QA runs (nothing scored), else fθ when an adapter is loaded (``fθ×s`` when it is
+    scaled toward f0 by ``encoder.adapter_scale``) and f0 otherwise."""
     if cfg_get(cfg, "encoder") is None:
         return None
     own = cfg_get(cfg, "refine.scorer")
@@ -271,7 +272,10 @@ def scorer_name(cfg: Mapping[str, Any]) -> str | None:
         return {"ftheta": "fθ"}.get(str(own), str(own))
     if cfg_get(cfg, "mode", "qa") in ("qa", "evidence") and refiner_name(cfg_get(cfg, "refine._target_")) == "keep_whole":
         return None
-    return "fθ" if not _unset(cfg_get(cfg, "encoder.adapter")) else "f0"
+    if _unset(cfg_get(cfg, "encoder.adapter")):
+        return "f0"
+    scale = float(cfg_get(cfg, "encoder.adapter_scale", 1.0) or 0.0)
+    return "fθ" if scale == 1.0 else f"fθ×{scale:g}"  # interpolated toward f0 (encoder.adapter_scale): not fθ
 
 
 def retrieval_scope(cfg: Mapping[str, Any]) -> str | None:
@@ -327,7 +331,8 @@ def run_axes(cfg: Mapping[str, Any], choices: Mapping[str, Any] | None = None) -
         "scorer": scorer_name(cfg),
         "encoder": cfg_get(cfg, "encoder.backbone") or cfg_get(cfg, "encoder.name"),
         "adapter": adapter,
-        "adapter_hash": adapter_hash,
+        "adapter_hash": adapter_hash,  # of the saved weights; adapter_scale multiplies their update
+        "adapter_scale": None if adapter is None else float(cfg_get(cfg, "encoder.adapter_scale", 1.0)),
         "reader": cfg_get(cfg, "llm.model") or cfg_get(cfg, "llm.name"),
         "cap": cfg_get(cfg, "loop.reader_max_tokens"),
         "tokenizer": cfg_get(cfg, "evidence.tokenizer"),

@@ -45,6 +45,15 @@ def test_adapter_hash_is_recorded_when_the_run_starts(tmp_path: Path) -> None:
     (adapter / "encoder_fingerprint.json").unlink()  # retrained or deleted later: the run still knows
     axes = read_run_axes(tmp_path / "run")
     assert (axes["adapter"], axes["adapter_hash"], axes["scorer"]) == ("outputs/train/adapter", "feedc0ffee00beef", "fθ")
+    assert axes["adapter_scale"] == 1.0
+
+
+def test_an_interpolated_adapter_is_not_labelled_ftheta(tmp_path: Path) -> None:
+    cfg = {"mode": "probe", "encoder": {"backbone": "minilm", "adapter": str(tmp_path), "adapter_scale": 0.5}, "refine": {}}
+    axes = run_axes(cfg)
+    assert (axes["scorer"], axes["adapter_scale"]) == ("fθ×0.5", 0.5)
+    f0 = run_axes({"mode": "probe", "encoder": {"backbone": "minilm", "adapter": None, "adapter_scale": 1.0}, "refine": {}})
+    assert (f0["scorer"], f0["adapter_scale"]) == ("f0", None)
 
 
 def test_tables_read_run_json_before_the_config(tmp_path: Path) -> None:
