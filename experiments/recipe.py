@@ -365,8 +365,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--margins", type=Path, default=ROOT / "experiments" / "runs" / "margin")
     ap.add_argument("--valprobes", type=Path, default=ROOT / "experiments" / "runs" / "valprobe")
     ap.add_argument("--selection-tests", type=Path, default=ROOT / "experiments" / "runs" / "selection_test")
-    # TAT-QA's validation questions: zero-shot like its test split (never trained on, never selected on)
+    # TAT-QA is never trained or selected on: its validation questions, and its whole file, are zero-shot too
     ap.add_argument("--zeroshot-val", type=Path, default=ROOT / "experiments" / "runs" / "zeroshot_val")
+    ap.add_argument("--zeroshot-all", type=Path, default=ROOT / "experiments" / "runs" / "zeroshot_all")
     args = ap.parse_args(argv)
     body = render(args.runs)
     probes = probe_table(args.probes)
@@ -396,16 +397,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     # Every test probe against f0 on the same questions, with paired 95% intervals.
     test_probes = margin_runs(args.probes, scorer_part=1)
     paired_tests = paired_test_table([*test_probes, *chosen_tests], test_probes)
-    zeroshot = margin_runs(args.zeroshot_val, scorer_part=0)
-    paired_zeroshot = paired_test_table(zeroshot, zeroshot)
+    zeroshot = {name: margin_runs(path, scorer_part=0) for name, path in (("zeroshot_val", args.zeroshot_val), ("zeroshot_all", args.zeroshot_all))}
+    paired_zeroshot = {name: paired_test_table(runs, runs) for name, runs in zeroshot.items()}
     if args.doc.is_file():
         replace_block(args.doc, "selection", selection)
         replace_block(args.doc, "recipe", body)
         replace_block(args.doc, "recipe_probe", probes)
         replace_block(args.doc, "margin", margin_body)
         replace_block(args.doc, "paired_test", paired_tests)
-        replace_block(args.doc, "zeroshot_val", paired_zeroshot)
-    print(body + "\n" + probes + "\n" + margin_body + "\n" + selection + "\n" + paired_tests + "\n" + paired_zeroshot)
+        for name, table in paired_zeroshot.items():
+            replace_block(args.doc, name, table)
+    print("\n".join([body, probes, margin_body, selection, paired_tests, *paired_zeroshot.values()]))
 
 
 if __name__ == "__main__":
