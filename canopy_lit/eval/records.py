@@ -320,6 +320,7 @@ def run_axes(cfg: Mapping[str, Any], choices: Mapping[str, Any] | None = None) -
         "limit": cfg_get(cfg, "limit"),
         "refine": refine,
         "m": cfg_get(cfg, "refine.m") if refine == "flat_top_m" else None,
+        "descend_margin": cfg_get(cfg, "refine.descend_margin") if refine == "parent_relative" else None,
         "k": cfg_get(cfg, "retrieval.k"),
         "B": cfg_get(cfg, "tree.branching"),
         "R": cfg_get(cfg, "loop.max_rounds"),

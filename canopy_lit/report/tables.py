@@ -42,6 +42,7 @@ class Setting:
 SETTINGS: tuple[Setting, ...] = (
     Setting("refine", describe="refiner", modes=("qa", "evidence")),
     Setting("m", describe="flat top-m", modes=("qa", "evidence")),
+    Setting("descend_margin", describe="descend margin δ", modes=("qa", "probe", "evidence")),
     Setting("k", describe="k (items per round)", modes=("qa", "evidence")),
     Setting("B", describe="B (branching)", modes=("qa", "probe", "evidence")),
     Setting("R", describe="R (max rounds)"),
@@ -78,7 +79,9 @@ def split_settings(runs: Sequence[Run]) -> tuple[list[str], dict[str, str]]:
         vals = [label_value(r.setting(s.name)) for r in runs]
         if not any(vals):
             continue
-        if s.name == "scorer":  # blank = whole items; one scorer -> setting line, several -> a column per row
+        if s.name in ("scorer", "adapter"):
+            # blank = whole items (scorer) or f0 (adapter); one value -> setting line, several -> a column:
+            # two fθ adapters in one table must not collapse into two rows both labelled fθ
             used = sorted({v for v in vals if v})
             if len(used) == 1:
                 fixed[s.name] = used[0]

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from runfolders import ROOT, make_multirun, make_qa_run
+from runfolders import ROOT, make_multirun, make_probe_run, make_qa_run
 
-from canopy_lit.eval.records import adapter_axes
+from canopy_lit.eval.records import RUN_FILE, adapter_axes, run_axes
 from canopy_lit.report import tables
 from canopy_lit.report.__main__ import main as report_main
 from canopy_lit.report.runs import find_runs, load_run
@@ -152,6 +152,22 @@ def test_probe_table_has_depth_columns(tmp_path: Path) -> None:
     assert "| hotpotqa | f0 |" in md and "| hotpotqa | fθ |" in md and "acc d=0" in md
     m = metrics_of(next(r.path for r in runs if r.setting("scorer") == "f0"))
     assert f"{100 * m['probe/decision_accuracy']:.1f}" in md
+
+
+def test_probe_runs_of_different_adapters_or_delta_are_told_apart(tmp_path: Path) -> None:
+    # Two fθ adapters (or one at two δ) in one table: before, both rows read "fθ" with nothing to tell them apart.
+    cases = {"f0": (None, None, 0.0), "a": ("outputs/a/adapter", "a" * 16, 0.0), "b": ("outputs/b/adapter", "b" * 16, 0.0),
+             "b_d": ("outputs/b/adapter", "b" * 16, 0.01)}  # fmt: skip
+    for name, (path, digest, delta) in cases.items():
+        run = make_probe_run(tmp_path / "probe" / name, adapter=path, n=3)
+        axes = {**run_axes(load_run(run).config), "adapter": path, "adapter_hash": digest, "descend_margin": delta,
+                "scorer": "fθ" if path else "f0", "study": "probe"}  # fmt: skip
+        (run / RUN_FILE).write_text(json.dumps(axes))
+    md = render_study("probe", find_runs([tmp_path]))
+    rows = [line for line in md.splitlines() if line.startswith("| hotpotqa")]
+    assert len(rows) == 4 and len(set(rows)) == 4
+    assert sum("outputs/b/adapter (adapter bbbbbbbbbbbb)" in r for r in rows) == 2
+    assert any("| 0.01 |" in r for r in rows)
 
 
 def test_bad_inputs_name_the_file(tmp_path: Path, capsys) -> None:
