@@ -157,10 +157,36 @@ def _ratio(num: np.ndarray, den: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.sum(num, axis=axis) / np.sum(den, axis=axis)
 
 
+def _ratio_diff(num_a: np.ndarray, den_a: np.ndarray, num_b: np.ndarray, den_b: np.ndarray, axis: int = -1) -> np.ndarray:
+    return _ratio(num_a, den_a, axis) - _ratio(num_b, den_b, axis)
+
+
+def _joint_ci(data: tuple[np.ndarray, ...], statistic, n_boot: int, alpha: float, seed: int, method: str) -> tuple[float, float]:
+    """CI of ``statistic`` over arrays resampled jointly (one question = one index into every array).
+
+    Unlike ``_ci``, no shortcut for a degenerate input: with four arrays "a - b is constant" says nothing
+    about the statistic. BCa falls back to percentile when undefined; every resample equal -> the point.
+    """
+    point = float(statistic(*data))
+    if len(data[0]) < 2:
+        return point, point
+    for m in (method, "percentile"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # scipy's degenerate-data warning; handled below
+            res = stats.bootstrap(
+                data, statistic, n_resamples=n_boot, confidence_level=1 - alpha, method=m, paired=True,
+                vectorized=True, rng=np.random.default_rng(seed),
+            )  # fmt: skip
+        lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+        if np.isfinite(lo) and np.isfinite(hi):
+            return lo, hi
+    return point, point
+
+
 def ratio_bootstrap_ci(
-    num: Sequence[float], den: Sequence[float], n_boot: int = 2000, alpha: float = 0.05, seed: int = 0
+    num: Sequence[float], den: Sequence[float], n_boot: int = 2000, alpha: float = 0.05, seed: int = 0, method: str = "BCa"
 ) -> tuple[float, float]:
-    """(1 - alpha) percentile bootstrap CI of a pooled ratio sum(num) / sum(den), resampling questions.
+    """(1 - alpha) bootstrap CI of a pooled ratio sum(num) / sum(den), resampling questions.
 
     Args:
         num, den: (n,) per-question numerators and denominators (e.g. gold leaves kept, gold leaves).
@@ -171,20 +197,9 @@ def ratio_bootstrap_ci(
     if x.shape != y.shape or x.ndim != 1:
         raise ValueError(f"ratio_bootstrap_ci needs two 1-D arrays of one length, got {x.shape} and {y.shape}")
     keep = y > 0  # nothing to pool: adds nothing to the ratio
-    x, y = x[keep], y[keep]
-    if len(x) == 0:
+    if not keep.any():
         return (float("nan"), float("nan"))
-    point = float(x.sum() / y.sum())
-    if len(x) < 2:
-        return point, point
-    idx = np.random.default_rng(seed).integers(0, len(x), size=(n_boot, len(x)))
-    stats_ = _ratio(x[idx], y[idx])
-    lo, hi = np.quantile(stats_, [alpha / 2, 1 - alpha / 2])
-    return float(lo), float(hi)
-
-
-def _ratio_diff(num_a: np.ndarray, den_a: np.ndarray, num_b: np.ndarray, den_b: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.sum(num_a, axis=axis) / np.sum(den_a, axis=axis) - np.sum(num_b, axis=axis) / np.sum(den_b, axis=axis)
+    return _joint_ci((x[keep], y[keep]), _ratio, n_boot, alpha, seed, method)
 
 
 def paired_ratio_bootstrap_ci(
@@ -222,18 +237,4 @@ def paired_ratio_bootstrap_ci(
     # Questions with nothing to pool on either side add nothing to either ratio; dropping them keeps every
     # resample's denominators positive in the common case (each probed question has a gold leaf).
     data = tuple(d[(data[1] > 0) | (data[3] > 0)] for d in data)
-    if len(data[0]) < 2:
-        return point, point, point
-    rng = np.random.default_rng(seed)
-    for m in (method, "percentile"):  # BCa is undefined when the jackknife has no spread: percentile then
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # scipy's degenerate-data warning; handled below
-            res = stats.bootstrap(
-                data, _ratio_diff, n_resamples=n_boot, confidence_level=1 - alpha, method=m, paired=True,
-                vectorized=True, rng=rng,
-            )  # fmt: skip
-        lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
-        if np.isfinite(lo) and np.isfinite(hi):
-            return point, lo, hi
-    # every resample gave the same (or an undefined) statistic
-    return point, point, point
+    return (point, *_joint_ci(data, _ratio_diff, n_boot, alpha, seed, method))
