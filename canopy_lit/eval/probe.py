@@ -81,13 +81,8 @@ class RefinementProbe:
         self.decisions_by_modality: dict[str, list[bool]] = defaultdict(list)
         # "stop" (v fully gold: keep it whole) vs "descend" (v partly gold): training teaches mostly descend.
         self.decisions_by_kind: dict[str, list[bool]] = defaultdict(list)
-        self.gold_leaves = 0
-        self.gold_leaves_kept = 0
         self.items = 0
         self.items_pruned = 0
-        self.kept_tokens = [0, 0]  # gold: kept, whole
-        self.distractor_tokens = [0, 0]
-        self.questions = 0
         self.skipped_no_gold = 0  # questions without a located gold item (nothing to probe)
         self.node_rows: list[dict[str, Any]] = []  # per-node scores for plots
         self.question_rows: list[dict[str, Any]] = []  # per-question counts behind every pooled ratio
@@ -107,7 +102,6 @@ class RefinementProbe:
         if not gold:
             self.skipped_no_gold += 1
             return
-        self.questions += 1
         others = [i for i in dict.fromkeys(distractors) if i not in gold and i in items]
         trees = {i: self.hierarchy.build(items[i]) for i in [*gold, *others]}
         # Gold trees: every node (decisions, per-node score rows); one encoder call for all of them.
@@ -138,16 +132,11 @@ class RefinementProbe:
                 row["stops_correct"] += int(stop and ok)
             kept = parent_relative(tree, scores, self.descend_margin)
             kept_leaves = {leaf for v in kept for leaf in tree.leaf_range(v)}
-            n_gold, n_kept = len(set(leaves)), len(set(leaves) & kept_leaves)
-            self.gold_leaves += n_gold
-            self.gold_leaves_kept += n_kept
             self.items += 1
             self.items_pruned += kept != [0]
             k, w = self._kept_tokens(tree, kept)
-            self.kept_tokens[0] += k
-            self.kept_tokens[1] += w
-            row["gold_leaves"] += n_gold
-            row["gold_leaves_kept"] += n_kept
+            row["gold_leaves"] += len(set(leaves))
+            row["gold_leaves_kept"] += len(set(leaves) & kept_leaves)
             row["kept_tokens"] += int(k)
             row["whole_tokens"] += int(w)
             for v in range(len(tree)):
@@ -162,23 +151,34 @@ class RefinementProbe:
                 )
         for tree, kept in zip(other_trees, other_kept, strict=True):
             k, w = self._kept_tokens(tree, kept)
-            self.distractor_tokens[0] += k
-            self.distractor_tokens[1] += w
             row["distractor_kept_tokens"] += int(k)
             row["distractor_whole_tokens"] += int(w)
         self.question_rows.append({"question": question.id, **row})
 
+    @property
+    def questions(self) -> int:
+        """Questions probed (those with a located gold item)."""
+        return len(self.question_rows)
+
+    def totals(self) -> dict[str, int]:
+        """Every per-question count summed over the probed questions: the pooled ratios' parts."""
+        return {c: sum(r[c] for r in self.question_rows) for c in QUESTION_COUNTS}
+
     def metrics(self, prefix: str = "probe") -> dict[str, float]:
-        all_dec = [d for ds in self.decisions.values() for d in ds]
+        t = self.totals()
+
+        def ratio(num: str, den: str) -> float:
+            return t[num] / t[den] if t[den] else float("nan")
+
         out = {
             f"{prefix}/n_questions": float(self.questions),
             f"{prefix}/skipped/no_located_gold": float(self.skipped_no_gold),
             f"{prefix}/n_items": float(self.items),
-            f"{prefix}/n_nodes": float(len(all_dec)),
-            f"{prefix}/decision_accuracy": float(np.mean(all_dec)) if all_dec else float("nan"),
-            f"{prefix}/gold_recall": self.gold_leaves_kept / self.gold_leaves if self.gold_leaves else float("nan"),
+            f"{prefix}/n_nodes": float(t["decisions"]),
+            f"{prefix}/decision_accuracy": ratio("decisions_correct", "decisions"),
+            f"{prefix}/gold_recall": ratio("gold_leaves_kept", "gold_leaves"),
             f"{prefix}/pruned_share": self.items_pruned / self.items if self.items else float("nan"),
-            f"{prefix}/kept_token_ratio": self.kept_tokens[0] / self.kept_tokens[1] if self.kept_tokens[1] else float("nan"),
+            f"{prefix}/kept_token_ratio": ratio("kept_tokens", "whole_tokens"),
         }
         # 95% intervals over questions (a question's gold leaves and decisions rise and fall together)
         for name, (num, den) in (("gold_recall", ("gold_leaves_kept", "gold_leaves")),
@@ -187,8 +187,8 @@ class RefinementProbe:
             out[f"{prefix}/{name}_ci95_low"], out[f"{prefix}/{name}_ci95_high"] = lo, hi
         if self.nodes_in_trees:
             out[f"{prefix}/encoded_node_share"] = self.nodes_encoded / self.nodes_in_trees
-        if self.distractor_tokens[1]:
-            out[f"{prefix}/distractor_kept_token_ratio"] = self.distractor_tokens[0] / self.distractor_tokens[1]
+        if t["distractor_whole_tokens"]:
+            out[f"{prefix}/distractor_kept_token_ratio"] = ratio("distractor_kept_tokens", "distractor_whole_tokens")
         for depth, ds in sorted(self.decisions.items()):
             out[f"{prefix}/decision_accuracy/depth_{depth}"] = float(np.mean(ds))
             out[f"{prefix}/n_nodes/depth_{depth}"] = float(len(ds))

@@ -40,7 +40,7 @@ def _options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONFIGS / group).glob("*.yaml"))
 
 
-@pytest.mark.parametrize("experiment", ["quickstart", "shared_lora"])
+@pytest.mark.parametrize("experiment", ["quickstart", "quickstart_mpnet", "shared_lora"])
 def test_experiments_compose(experiment: str) -> None:
     cfg = _compose([f"experiment={experiment}"])
     OmegaConf.resolve(cfg)
@@ -53,6 +53,14 @@ def test_experiments_compose(experiment: str) -> None:
         assert "Qwen3-VL-Embedding-2B" in cfg.encoder.backbone and cfg.trainer.max_epochs == 2
         assert cfg.model.lr == 5e-5 and cfg.model.lora_r == 8 and "bf16" in cfg.trainer.precision
         assert cfg.trainer.strategy._target_.endswith("DDPStrategy")
+    if experiment == "quickstart_mpnet":  # the quickstart, with only the encoder and LoRA placement changed
+        base = _compose(["experiment=quickstart"])
+        OmegaConf.resolve(base)
+        assert cfg.encoder.backbone == "mpnet" and list(cfg.model.lora_layers) == [9, 10, 11]
+        assert cfg.datamodule == base.datamodule and cfg.trainer == base.trainer
+        assert {k: v for k, v in cfg.model.items() if not k.startswith("lora_")} == {
+            k: v for k, v in base.model.items() if not k.startswith("lora_")
+        }
 
 
 @pytest.mark.parametrize("group", ["encoder", "trainer", "logger", "callbacks", "debug"])
