@@ -36,7 +36,9 @@ def _overrides(run: Path) -> str:
     path = run / ".hydra" / "overrides.yaml"
     if not path.is_file():
         return ""
-    keep = [o for o in yaml.safe_load(path.read_text()) or [] if not o.startswith(("hydra.", "experiment=", "trainer.max_time", "datamodule.options.nq.max_questions.test"))]
+    # the protocol's own overrides are left out; another experiment preset (e.g. quickstart_mpnet) is the row's point
+    common = ("hydra.", "experiment=quickstart", "trainer.max_time", "datamodule.options.nq.max_questions.test")
+    keep = [o for o in yaml.safe_load(path.read_text()) or [] if not o.startswith(common) or o.startswith("experiment=quickstart_")]
     return " ".join(f"`{o}`" for o in keep) or "(quickstart default)"
 
 

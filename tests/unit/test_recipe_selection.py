@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from experiments.recipe import (
+    _overrides,
     choose_margin,
     paired_diff,
     paired_test_table,
@@ -112,3 +113,14 @@ def test_paired_test_table_rows_against_f0(tmp_path: Path) -> None:
     table = paired_test_table(runs, runs)
     assert "| nq | ftheta_x | 0.01 | 40 | +100.0 [+100.0, +100.0] | -25.0 [" in table
     assert "| nq | f0 |" not in table
+
+
+def test_recipe_rows_name_another_experiment_preset(tmp_path: Path) -> None:
+    # A row trained with experiment=quickstart_mpnet is not "(quickstart default)": the preset is its point.
+    for name, overrides in (("base", []), ("mpnet", ["experiment=quickstart_mpnet"]), ("r16", ["model.lora_r=16"])):
+        (tmp_path / name / ".hydra").mkdir(parents=True)
+        common = ["experiment=quickstart", "trainer.max_time=null", "hydra.run.dir=x"]
+        (tmp_path / name / ".hydra" / "overrides.yaml").write_text(json.dumps(common + overrides))
+    assert _overrides(tmp_path / "base") == "(quickstart default)"
+    assert _overrides(tmp_path / "mpnet") == "`experiment=quickstart_mpnet`"
+    assert _overrides(tmp_path / "r16") == "`model.lora_r=16`"
