@@ -250,7 +250,8 @@ def _ci_cell(c: tuple[float, float, float] | None) -> str:
     return "–" if c is None else f"{100 * c[0]:+.1f} [{100 * c[1]:+.1f}, {100 * c[2]:+.1f}]"
 
 
-def selection_table(grid: Sequence[dict], benches: Sequence[str] = SELECT_BENCHES) -> str:
+def selection_table(grid: Sequence[dict], benches: Sequence[str] = SELECT_BENCHES, rules: bool = True) -> str:
+    """The validation grid as a table, followed (``rules``) by each rule's choice."""
     if not grid:
         return "_No validation probe runs yet._\n"
     head = ["scorer", "δ", "decision acc (n)", "stop acc (n)",
@@ -265,11 +266,25 @@ def selection_table(grid: Sequence[dict], benches: Sequence[str] = SELECT_BENCHE
             "yes" if g["keeps_recall"] else "no", "yes" if g["meets_tokens"] else "no",
             *(_ci_cell(g["recall_ci"].get(b)) for b in benches), "yes" if g["margin_ok"] else "no",
         ]) + " |")  # fmt: skip
-    for rule, label in RULES.items():
+    for rule, label in RULES.items() if rules else ():
         g = select(grid, rule)
         lines.append(f"\nSelected on validation by {label}: "
                      + (f"`{g['scorer']}` at δ = {g['delta']:g} ({_pct(g['acc'][0])})." if g else "none of the grid."))
     return "\n".join(lines) + "\n"
+
+
+def mpnet_selection(minilm: Sequence[dict], mpnet: Sequence[dict]) -> str:
+    """The encoder-capacity grid twice: against mpnet's own f0 (with the rules' choices), then every mpnet
+    scorer (``mpnet_<scorer>``) against MiniLM's f0, the baseline a user of the default encoder has."""
+    if not mpnet:
+        return "_No mpnet validation probe runs yet._\n"
+    renamed = [{**r, "scorer": f"mpnet_{r['scorer']}"} for r in mpnet]
+    vs_minilm = [g for g in selection_grid([*(r for r in minilm if r["scorer"] == "f0"), *renamed]) if g["scorer"] != "f0"]
+    return (
+        "Against mpnet's own f0:\n\n" + selection_table(selection_grid(mpnet))
+        + "\nThe same mpnet scorers against MiniLM's f0 (the default encoder's baseline):\n\n"
+        + selection_table(vs_minilm, rules=False)
+    )
 
 
 def paired_test_table(runs: Sequence[dict], f0_runs: Sequence[dict], alpha: float = 0.05) -> str:
@@ -366,6 +381,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--probes", type=Path, default=ROOT / "experiments" / "runs" / "probe")
     ap.add_argument("--margins", type=Path, default=ROOT / "experiments" / "runs" / "margin")
     ap.add_argument("--valprobes", type=Path, default=ROOT / "experiments" / "runs" / "valprobe")
+    ap.add_argument("--valprobes-mpnet", type=Path, default=ROOT / "experiments" / "runs" / "valprobe_mpnet")
     ap.add_argument("--selection-tests", type=Path, default=ROOT / "experiments" / "runs" / "selection_test")
     # TAT-QA is never trained or selected on: its validation questions, and its whole file, are zero-shot too
     ap.add_argument("--zeroshot-val", type=Path, default=ROOT / "experiments" / "runs" / "zeroshot_val")
@@ -396,6 +412,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "\nThe choices of the recall rule (each when it was made: the grid grew), probed once on the test splits:\n\n"
             + margin_table(chosen_tests)
         )
+    selection_mpnet = mpnet_selection(valprobes, margin_runs(args.valprobes_mpnet, scorer_part=0))
     # Every test probe against f0 on the same questions, with paired 95% intervals.
     test_probes = margin_runs(args.probes, scorer_part=1)
     paired_tests = paired_test_table([*test_probes, *chosen_tests], test_probes)
@@ -407,9 +424,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         replace_block(args.doc, "recipe_probe", probes)
         replace_block(args.doc, "margin", margin_body)
         replace_block(args.doc, "paired_test", paired_tests)
+        replace_block(args.doc, "selection_mpnet", selection_mpnet)
         for name, table in paired_zeroshot.items():
             replace_block(args.doc, name, table)
-    print("\n".join([body, probes, margin_body, selection, paired_tests, *paired_zeroshot.values()]))
+    print("\n".join([body, probes, margin_body, selection, selection_mpnet, paired_tests, *paired_zeroshot.values()]))
 
 
 if __name__ == "__main__":

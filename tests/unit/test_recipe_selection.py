@@ -11,6 +11,7 @@ import pytest
 from experiments.recipe import (
     _overrides,
     choose_margin,
+    mpnet_selection,
     paired_diff,
     paired_test_table,
     pooled,
@@ -124,3 +125,16 @@ def test_recipe_rows_name_another_experiment_preset(tmp_path: Path) -> None:
     assert _overrides(tmp_path / "base") == "(quickstart default)"
     assert _overrides(tmp_path / "mpnet") == "`experiment=quickstart_mpnet`"
     assert _overrides(tmp_path / "r16") == "`model.lora_r=16`"
+
+
+def test_mpnet_grid_is_read_against_its_own_f0_and_minilms() -> None:
+    minilm = [_run("f0", 0.0, "nq", 0.40, 200, 0.80, 0.60), _run("f0", 0.0, "ottqa", 0.40, 100, 0.70, 0.55),
+              _run("base", 0.0, "nq", 0.90, 200, 0.99, 0.30), _run("base", 0.0, "ottqa", 0.90, 100, 0.99, 0.30)]
+    mpnet = [_run("f0", 0.0, "nq", 0.45, 200, 0.85, 0.60), _run("f0", 0.0, "ottqa", 0.45, 100, 0.75, 0.55),
+             _run("mpnet", 0.0, "nq", 0.60, 200, 0.82, 0.50), _run("mpnet", 0.0, "ottqa", 0.60, 100, 0.72, 0.50)]  # fmt: skip
+    own, vs_minilm = mpnet_selection(minilm, mpnet).split("against MiniLM's f0")
+    # against its own f0 the adapter loses gold (0.82 < 0.85); against MiniLM's f0 it keeps it (0.82 >= 0.80)
+    assert "| mpnet | 0 | 60.0 (300) | 50.0 (4) | 82.0 / 0.500 | 72.0 / 0.500 | no |" in own
+    assert "Selected on validation by accuracy at δ = 0: `mpnet`" in own
+    assert "| mpnet_mpnet | 0 | 60.0 (300) | 50.0 (4) | 82.0 / 0.500 | 72.0 / 0.500 | yes | yes |" in vs_minilm
+    assert "| mpnet_f0 |" in vs_minilm and "| base |" not in vs_minilm and "Selected" not in vs_minilm
