@@ -175,6 +175,20 @@ def encode_vs_raw(quick: bool = False, batch_size: int = 32) -> dict[str, Any]:
     return _entry(len(texts) / t_ours, len(texts) / t_raw, 0.9, "texts/s")
 
 
+def encoder_cost(quick: bool = False, batch_size: int = 32) -> dict[str, Any]:
+    """Node texts/s of all-mpnet-base-v2 (``encoder=mpnet``) vs MiniLM (the default), same texts, node cache
+    off, measured alternately. Descriptive (no target): what the larger encoder costs per probe or epoch.
+    Fetches the mpnet asset (386 MB) when it is not cached."""
+    from canopy_lit.encoders import load_encoder
+
+    _, trees, h = _question_trees(1 if quick else 3)
+    inputs = [h.node_input(t, i) for t in trees for i in range(len(t))]
+    small, large = (load_encoder(name, batch_size=batch_size, max_seq_length=512) for name in ("minilm", "mpnet"))
+    t_large, t_small = interleaved(lambda: large.encode_nodes(inputs), lambda: small.encode_nodes(inputs), 1 if quick else 2)
+    print(f"  encoder_cost: {len(inputs)} node texts; mpnet {t_large:.1f} s, MiniLM {t_small:.1f} s", file=sys.stderr)
+    return {**_entry(len(inputs) / t_large, len(inputs) / t_small, 0.0, "texts/s"), "target": None}
+
+
 def batch_tokens(quick: bool = False, budgets: tuple[int, ...] = (1024, 2048, 4096)) -> dict[str, Any]:
     """Texts/s of node encoding with token-budget batches vs fixed 64-input batches, same texts.
 

@@ -36,6 +36,7 @@ def registry() -> dict[str, Callable[[bool], dict[str, Any]]]:
         "lazy_vs_eager": lambda q: refine.lazy_vs_eager(q),
         "encode_vs_raw": lambda q: retrieval.encode_vs_raw(quick=q),
         "batch_tokens": lambda q: retrieval.batch_tokens(quick=q),
+        "encoder_cost": lambda q: retrieval.encoder_cost(quick=q),
         "cache_speedup": lambda q: retrieval.cache_speedup(quick=q),
         "train_step_vs_raw": lambda q: train_step.run(quick=q),
         "train_step_gpu": lambda q: _on_cuda(lambda: train_step.run(quick=q, device="cuda", n_batches=10 if q else 30)),
