@@ -412,10 +412,19 @@ def main(argv: Sequence[str] | None = None) -> None:
             "\nThe choices of the recall rule (each when it was made: the grid grew), probed once on the test splits:\n\n"
             + margin_table(chosen_tests)
         )
-    selection_mpnet = mpnet_selection(valprobes, margin_runs(args.valprobes_mpnet, scorer_part=0))
+    mpnet_runs = margin_runs(args.valprobes_mpnet, scorer_part=0)
+    selection_mpnet = mpnet_selection(valprobes, mpnet_runs)
+    margin_plot(
+        [*(r for r in valprobes if r["scorer"] in ("f0", "base")), *({**r, "scorer": f"mpnet_{r['scorer']}"} for r in mpnet_runs)],
+        ROOT / "experiments" / "img" / "selection_mpnet_accuracy_vs_recall.png",
+    )
     # Every test probe against f0 on the same questions, with paired 95% intervals.
     test_probes = margin_runs(args.probes, scorer_part=1)
     paired_tests = paired_test_table([*test_probes, *chosen_tests], test_probes)
+    if mpnet_tests := [r for r in test_probes if r["scorer"] == "ftheta_mpnet"]:
+        own_f0 = [{**r, "scorer": "f0"} for r in test_probes if r["scorer"] == "mpnet_f0"]
+        selection_mpnet += "\nmpnet's fθ on the test splits against mpnet's own f0 (paired 95% intervals):\n\n"
+        selection_mpnet += paired_test_table(mpnet_tests, own_f0)
     zeroshot = {name: margin_runs(path, scorer_part=0) for name, path in (("zeroshot_val", args.zeroshot_val), ("zeroshot_all", args.zeroshot_all))}
     paired_zeroshot = {name: paired_test_table(runs, runs) for name, runs in zeroshot.items()}
     if args.doc.is_file():
