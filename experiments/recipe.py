@@ -421,7 +421,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     # Every test probe against f0 on the same questions, with paired 95% intervals.
     test_probes = margin_runs(args.probes, scorer_part=1)
     paired_tests = paired_test_table([*test_probes, *chosen_tests], test_probes)
-    if mpnet_tests := [r for r in test_probes if r["scorer"] == "ftheta_mpnet"]:
+    if mpnet_tests := [r for r in test_probes if r["scorer"].startswith("ftheta_mpnet")]:
         own_f0 = [{**r, "scorer": "f0"} for r in test_probes if r["scorer"] == "mpnet_f0"]
         selection_mpnet += "\nmpnet's fθ on the test splits against mpnet's own f0 (paired 95% intervals):\n\n"
         selection_mpnet += paired_test_table(mpnet_tests, own_f0)
