@@ -275,10 +275,11 @@ def selection_table(grid: Sequence[dict], benches: Sequence[str] = SELECT_BENCHE
 
 def mpnet_selection(minilm: Sequence[dict], mpnet: Sequence[dict]) -> str:
     """The encoder-capacity grid twice: against mpnet's own f0 (with the rules' choices), then every mpnet
-    scorer (``mpnet_<scorer>``) against MiniLM's f0, the baseline a user of the default encoder has."""
+    scorer against MiniLM's f0, the baseline a user of the default encoder has; there mpnet's f0 reads
+    ``mpnet_f0`` and an adapter ``ftheta_<run>``, the names of their test probes."""
     if not mpnet:
         return "_No mpnet validation probe runs yet._\n"
-    renamed = [{**r, "scorer": f"mpnet_{r['scorer']}"} for r in mpnet]
+    renamed = [{**r, "scorer": "mpnet_f0" if r["scorer"] == "f0" else f"ftheta_{r['scorer']}"} for r in mpnet]
     vs_minilm = [g for g in selection_grid([*(r for r in minilm if r["scorer"] == "f0"), *renamed]) if g["scorer"] != "f0"]
     return (
         "Against mpnet's own f0:\n\n" + selection_table(selection_grid(mpnet))

@@ -136,5 +136,5 @@ def test_mpnet_grid_is_read_against_its_own_f0_and_minilms() -> None:
     # against its own f0 the adapter loses gold (0.82 < 0.85); against MiniLM's f0 it keeps it (0.82 >= 0.80)
     assert "| mpnet | 0 | 60.0 (300) | 50.0 (4) | 82.0 / 0.500 | 72.0 / 0.500 | no |" in own
     assert "Selected on validation by accuracy at δ = 0: `mpnet`" in own
-    assert "| mpnet_mpnet | 0 | 60.0 (300) | 50.0 (4) | 82.0 / 0.500 | 72.0 / 0.500 | yes | yes |" in vs_minilm
+    assert "| ftheta_mpnet | 0 | 60.0 (300) | 50.0 (4) | 82.0 / 0.500 | 72.0 / 0.500 | yes | yes |" in vs_minilm
     assert "| mpnet_f0 |" in vs_minilm and "| base |" not in vs_minilm and "Selected" not in vs_minilm
