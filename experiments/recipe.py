@@ -273,13 +273,18 @@ def selection_table(grid: Sequence[dict], benches: Sequence[str] = SELECT_BENCHE
     return "\n".join(lines) + "\n"
 
 
+def mpnet_label(scorer: str) -> str:
+    """An mpnet validation scorer's name beside MiniLM's: its test probes' name (``mpnet_f0``, ``ftheta_<run>``)."""
+    return "mpnet_f0" if scorer == "f0" else f"ftheta_{scorer}"
+
+
 def mpnet_selection(minilm: Sequence[dict], mpnet: Sequence[dict]) -> str:
     """The encoder-capacity grid twice: against mpnet's own f0 (with the rules' choices), then every mpnet
     scorer against MiniLM's f0, the baseline a user of the default encoder has; there mpnet's f0 reads
     ``mpnet_f0`` and an adapter ``ftheta_<run>``, the names of their test probes."""
     if not mpnet:
         return "_No mpnet validation probe runs yet._\n"
-    renamed = [{**r, "scorer": "mpnet_f0" if r["scorer"] == "f0" else f"ftheta_{r['scorer']}"} for r in mpnet]
+    renamed = [{**r, "scorer": mpnet_label(r["scorer"])} for r in mpnet]
     vs_minilm = [g for g in selection_grid([*(r for r in minilm if r["scorer"] == "f0"), *renamed]) if g["scorer"] != "f0"]
     return (
         "Against mpnet's own f0:\n\n" + selection_table(selection_grid(mpnet))
@@ -416,7 +421,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     mpnet_runs = margin_runs(args.valprobes_mpnet, scorer_part=0)
     selection_mpnet = mpnet_selection(valprobes, mpnet_runs)
     margin_plot(
-        [*(r for r in valprobes if r["scorer"] in ("f0", "base")), *({**r, "scorer": f"mpnet_{r['scorer']}"} for r in mpnet_runs)],
+        [*(r for r in valprobes if r["scorer"] in ("f0", "base")), *({**r, "scorer": mpnet_label(r["scorer"])} for r in mpnet_runs)],
         ROOT / "experiments" / "img" / "selection_mpnet_accuracy_vs_recall.png",
     )
     # Every test probe against f0 on the same questions, with paired 95% intervals.
