@@ -36,8 +36,10 @@ class Benchmark:
         skipped: reason -> count of records (or parts of records) not loaded.
         meta: where the data came from (paths, reader options).
 
-    Invariant: every key of ``Question.gold`` is in ``items``; gold ids that could
-    not be resolved to an item stay in ``Question.meta["gold_ids"]``.
+    Invariants: every key of ``Question.gold`` is in ``items``; gold ids that could
+    not be resolved to an item stay in ``Question.meta["gold_ids"]``. Question ids are unique:
+    readers add questions with ``add_question``, which keeps the first record of an id and counts
+    the others as ``skipped["duplicate_question"]`` (so does the constructor, for a given list).
     """
 
     name: str
@@ -46,9 +48,41 @@ class Benchmark:
     candidates: dict[str, list[str]]
     skipped: Counter = field(default_factory=Counter)
     meta: dict[str, Any] = field(default_factory=dict)
+    _ids: set[str] = field(default_factory=set, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        given, self.questions = self.questions, []
+        for q in given:
+            self.add_question(q)
 
     def __repr__(self) -> str:
         return f"Benchmark({self.name!r}, questions={len(self.questions)}, items={len(self.items)})"
+
+    def repeats_question(self, question_id: str) -> bool:
+        """True when a question with this id was already read: the record is counted as
+        ``skipped["duplicate_question"]`` and the reader skips it (a reader may ask before parsing it)."""
+        if question_id in self._ids:
+            self.skipped["duplicate_question"] += 1
+            return True
+        return False
+
+    def add_question(self, question: Question, candidates: Sequence[str] | None = None) -> bool:
+        """Append ``question`` (and the ids of the items delivered with it); False when its id repeats."""
+        if self.repeats_question(question.id):
+            return False
+        self._ids.add(question.id)
+        self.questions.append(question)
+        if candidates is not None:
+            self.candidates[question.id] = list(candidates)
+        return True
+
+    def answered(self, questions: Sequence[Question]) -> list[Question]:
+        """The ``questions`` with a gold answer; the others count as ``skipped["no_answer"]``: an answer
+        metric cannot score them (EM / F1 / Match / accuracy would be 0 whatever the reply)."""
+        keep = [q for q in questions if any(str(a).strip() for a in q.answers)]
+        if len(keep) < len(questions):
+            self.skipped["no_answer"] += len(questions) - len(keep)
+        return keep
 
     def skip_metrics(self, prefix: str = "data/skipped") -> dict[str, float]:
         """``{prefix}/<reason>: count`` of everything the reader skipped (for metrics.json)."""

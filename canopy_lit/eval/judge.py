@@ -3,11 +3,14 @@
 EM / F1 / Match reward surface overlap; a judge model asks whether the prediction *means* one of the
 gold answers (``prompts.answer_judge``: question, gold answers, prediction -> Yes / No). Each verdict
 is appended and fsynced to ``judgements.jsonl`` beside the run's ``predictions.jsonl``, keyed by
-question id + prediction + judge fingerprint (the judge model's config, prompt and generation
-options), so a rerun calls the judge only for what is new, a killed run loses nothing, and another
-judge model or prompt never reuses stale verdicts. The score goes into the run's ``metrics.json`` as
-``eval/judge`` with the bootstrap CI keys of ``eval/f1``, plus ``eval/judge_unparsed`` (replies with
-no readable verdict; they score 0) and ``eval/judge_n``.
+everything the judge is shown and who judges: question id, question text, gold answers, prediction and
+judge fingerprint (the judge model's config, prompt and generation options). A rerun calls the judge
+only for what is new, a killed run loses nothing, and a corrected gold answer, another judge model or
+prompt never reuses a stale verdict. The judged questions are exactly the run's (``eval/n``: the ids of
+its latest evaluation, ``harness.QUESTION_IDS``), not every record an earlier run left in the folder.
+The score goes into the run's ``metrics.json`` as ``eval/judge`` with the bootstrap CI keys of
+``eval/f1``, plus ``eval/judge_unparsed`` (replies with no readable verdict; they score 0) and
+``eval/judge_n``.
 
 Post hoc (any backend of ``configs/llm``; the run folder is locked while it is judged)::
 
@@ -27,6 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from canopy_lit.eval.harness import read_question_ids
 from canopy_lit.eval.records import RecordLog, read_predictions
 from canopy_lit.eval.summary import judge_summary
 from canopy_lit.io import atomic_write_text
@@ -59,8 +63,10 @@ def judge_fingerprint(llm_config: Mapping[str, Any] | str, *, max_tokens: int, l
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def cache_key(question_id: str, prediction: str, fingerprint: str) -> str:
-    return hashlib.sha256("\x00".join((question_id, prediction, fingerprint)).encode()).hexdigest()[:24]
+def cache_key(question_id: str, question: str, answers: Sequence[str], prediction: str, fingerprint: str) -> str:
+    """The verdict's identity: everything the judge prompt shows, and the judge."""
+    blob = json.dumps([question_id, question, [str(a) for a in answers], prediction, fingerprint])
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
 @dataclass
@@ -74,6 +80,7 @@ class Judgement:
 
     id: str
     question_id: str
+    answers: list[str]
     prediction: str
     judge: str
     verdict: bool | None
@@ -115,8 +122,9 @@ class AnswerJudge:
         )  # fmt: skip
         label, parsed = parse_label(reply.text, prompts.JUDGE_LABELS, default="no", kind="judge", stats=self.stats)
         return Judgement(
-            id=cache_key(question_id, prediction, self.fingerprint),
+            id=cache_key(question_id, question, answers, prediction, self.fingerprint),
             question_id=question_id,
+            answers=[str(a) for a in answers],
             prediction=prediction,
             judge=self.fingerprint,
             verdict=(label == "yes") if parsed else None,
@@ -125,23 +133,46 @@ class AnswerJudge:
         )
 
 
+def run_records(run_dir: Path) -> list[dict[str, Any]]:
+    """The records of the questions of a run folder's latest evaluation, in its order.
+
+    ``predictions.jsonl`` also keeps records of earlier runs into the folder (a larger ``limit``,
+    questions since skipped by the reader); the run's own ids are in ``harness.QUESTION_IDS``. A folder
+    without that file (written by an older version, or by a runner of its own) is judged whole.
+    """
+    records = read_predictions(run_dir / "predictions.jsonl")
+    if not records:
+        raise FileNotFoundError(f"{run_dir}: no predictions.jsonl records to judge")
+    ids = read_question_ids(run_dir)
+    if ids is None:
+        return records
+    by_id = {str(r["id"]): r for r in records}
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise ValueError(
+            f"{len(missing)} of the run's {len(ids)} questions have no record in predictions.jsonl "
+            f"(first: {missing[0]!r}); finish the run (rerun the same command) before judging it"
+        )
+    return [by_id[i] for i in ids]
+
+
 def judge_run(run_dir: str | Path, judge: AnswerJudge, *, progress: bool = False) -> dict[str, Any]:
     """Judge every open-answer question of a run folder and merge ``eval/judge*`` into its metrics.json.
 
-    Verdicts already in ``judgements.jsonl`` for the same question, prediction and judge are reused;
-    new ones are appended one fsynced line each, so an interrupted call (a backend error propagates)
-    keeps what it judged and a rerun judges only the rest. Failed questions score 0 without a call.
+    The questions judged are the run's (``run_records``). Verdicts already in ``judgements.jsonl`` for
+    the same question, gold, prediction and judge are reused; new ones are appended one fsynced line
+    each, so an interrupted call (a backend error propagates) keeps what it judged and a rerun judges
+    only the rest. Failed questions score 0 without a call.
 
     Returns:
         the ``eval/judge*`` metrics plus ``judged`` (new calls) and ``cached`` (reused verdicts).
 
     Raises:
         FileNotFoundError: no ``predictions.jsonl`` records in ``run_dir``.
+        ValueError: a question of the run has no record (the run has not finished).
     """
     run_dir = Path(run_dir)
-    records = read_predictions(run_dir / "predictions.jsonl")
-    if not records:
-        raise FileNotFoundError(f"{run_dir}: no predictions.jsonl records to judge")
+    records = run_records(run_dir)
     open_answer = [r for r in records if "accuracy" not in (r.get("scores") or {})]
     scores: list[float] = []
     unparsed = judged = cached = 0
@@ -153,12 +184,13 @@ def judge_run(run_dir: str | Path, judge: AnswerJudge, *, progress: bool = False
                 scores.append(0.0)  # failed questions score 0, as for EM / F1
                 continue
             qid, pred = str(rec["id"]), str(rec.get("prediction") or "")
-            key = cache_key(qid, pred, judge.fingerprint)
+            question, answers = str(rec.get("question") or ""), [str(a) for a in rec.get("answers") or []]
+            key = cache_key(qid, question, answers, pred, judge.fingerprint)
             if key in book:
                 verdict = book.done[key].get("verdict")
                 cached += 1
             else:
-                j = judge(qid, str(rec.get("question") or ""), list(rec.get("answers") or []), pred)
+                j = judge(qid, question, answers, pred)
                 book.append(asdict(j))
                 verdict = j.verdict
                 judged += 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -16,6 +17,8 @@ from canopy_lit.eval.metrics import (
     match_score,
 )
 from canopy_lit.pipeline.trace import STAGES
+
+log = logging.getLogger(__name__)
 
 
 def score_record(rec: Mapping[str, Any], choices: int | None = None) -> dict[str, float]:
@@ -57,19 +60,51 @@ def duplicate_rates(records: Iterable[Mapping[str, Any]]) -> dict[str, float]:
 _COUNTED = {"unparsed_choice"}
 
 
+def score_columns(records: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
+    """Metric -> one score per record, every metric over the same questions (all of ``records``).
+
+    A failed question scores 0 on every metric of the run, whichever scores its record carries (a
+    failed record knows only the metrics its failure path wrote, e.g. EM / F1 but not Match). A
+    metric that some answered question was never scored on (a record written by another version of
+    the scorer) is left out, with a warning naming it: a mean over fewer questions would not be
+    comparable with the others.
+    """
+    names = sorted({k for r in records for k in (r.get("scores") or {})})
+    answered = sum(r.get("status") == "ok" for r in records)
+    columns: dict[str, list[float]] = {}
+    for name in names:
+        vals: list[float] = []
+        unscored = 0
+        for r in records:
+            scores = r.get("scores") or {}
+            if r.get("status") != "ok":
+                vals.append(0.0)
+            elif name in scores:
+                vals.append(float(scores[name]))
+            else:
+                unscored += 1
+        if unscored:
+            log.warning("%s left out: %d of %d answered questions have no %r score (records written by another "
+                        "version of the scorer)", name, unscored, answered, name)  # fmt: skip
+            continue
+        columns[name] = vals
+    return columns
+
+
 def summarize(records: Iterable[Mapping[str, Any]], prefix: str = "eval") -> dict[str, float]:
-    """Means over questions; failed questions count in ``eval/failed`` and score 0 (never silently dropped)."""
+    """Means over questions; failed questions count in ``eval/failed`` and score 0 (never silently dropped).
+
+    Every score (EM, F1, Match, accuracy, ...) is a mean over all ``eval/n`` questions (``score_columns``);
+    costs (evidence tokens, LLM calls, rounds, latency) are means over the answered ones (a failed
+    question has no cost to report, and a 0 would understate it).
+    """
     recs = list(records)
     out: dict[str, float] = {f"{prefix}/n": float(len(recs))}
     if not recs:
         return out
     ok = [r for r in recs if r.get("status") == "ok"]
     out[f"{prefix}/failed"] = float(len(recs) - len(ok))
-    per_metric: dict[str, list[float]] = {}
-    for r in recs:
-        for k, v in (r.get("scores") or {}).items():
-            per_metric.setdefault(k, []).append(float(v) if r.get("status") == "ok" else 0.0)
-    for k, vals in sorted(per_metric.items()):
+    for k, vals in score_columns(recs).items():
         out[f"{prefix}/{k}"] = float(np.mean(vals))
         if k in _COUNTED:
             continue

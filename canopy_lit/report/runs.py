@@ -203,6 +203,16 @@ def load_config(run_dir: str | Path) -> dict[str, Any]:
     return walk(OmegaConf.to_container(cfg, resolve=False), "")
 
 
+def _metric_value(mfile: Path, key: str, value: Any) -> float:
+    """A metrics.json value as a float; anything but a finite number is NaN (a blank cell that keeps
+    its column, ``Run.metric`` gives None) and one warning line naming file and key."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    log.warning("%s: %s is %s, not a finite number; its table cells are left blank", mfile, key,
+                json.dumps(value)[:60])  # fmt: skip
+    return math.nan
+
+
 def load_run(path: str | Path, study: str | None = None) -> Run:
     """Read one run folder (``metrics.json`` required; ``run.json`` and the Hydra config optional)."""
     path = Path(path)
@@ -215,7 +225,7 @@ def load_run(path: str | Path, study: str | None = None) -> Run:
         raise ValueError(f"{mfile}: not valid JSON ({err})") from err
     if not isinstance(metrics, dict):
         raise ValueError(f"{mfile}: expected a JSON object of numbers, got {type(metrics).__name__}")
-    metrics = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    metrics = {key: _metric_value(mfile, key, v) for key, v in metrics.items()}
     ofile = path / ".hydra" / "overrides.yaml"
     config = load_config(path)
     overrides = _read_yaml(ofile) if ofile.is_file() else []

@@ -101,13 +101,16 @@ def split_settings(runs: Sequence[Run]) -> tuple[list[str], dict[str, str]]:
     return axes, fixed
 
 
+_N_KEYS = ("eval/n", "probe/n_questions", "evidence/n")  # questions per run, by mode
+
+
 def setting_line(runs: Sequence[Run], fixed: Mapping[str, str] | None = None) -> str:
     """The fixed setting of a table, stated in words above it."""
     if fixed is None:
         fixed = split_settings(runs)[1]
     describe = {s.name: s.describe or s.name for s in SETTINGS}
     parts = [f"{describe[k]} = {v}" for k, v in fixed.items() if v]
-    n = sorted({int(r.metrics.get("eval/n", r.metrics.get("probe/n_questions", r.metrics.get("evidence/n", 0)))) for r in runs})
+    n = sorted({int(next((v for k in _N_KEYS if (v := r.metric(k)) is not None), 0)) for r in runs})
     if n and n != [0] and [str(x) for x in n] != [fixed.get("limit")]:
         parts.append("questions per run = " + (str(n[0]) if len(n) == 1 else f"{n[0]}-{n[-1]}"))
     return "**Fixed setting:** " + ("; ".join(parts) if parts else "(none recorded)") + "."
@@ -162,11 +165,18 @@ PROBE_METRICS: tuple[tuple[str, str], ...] = (
 )
 
 
+def metric_cell(run: Run, key: str) -> float | None:
+    """A run's metric for a table: None when the run lacks it, NaN when its metrics.json holds no number
+    there (a blank cell that keeps the column; ``load_run`` has named file and key)."""
+    v = run.metric(key)
+    return math.nan if v is None and key in run.metrics else v
+
+
 def _run_row(run: Run, axes: Sequence[str], metrics: Sequence[tuple[str, str]]) -> dict[str, Any]:
     row: dict[str, Any] = {"method": run.method, **{a: label_value(run.setting(a)) for a in axes}}
     row["benchmark"] = run.benchmark
     for name, key in metrics:
-        row[name] = run.metric(key)
+        row[name] = metric_cell(run, key)
     row["run"] = str(run.path)
     return row
 
@@ -264,7 +274,8 @@ def wide_rows(rows: Sequence[Mapping[str, Any]], axes: Sequence[str]) -> tuple[l
 # --- rendering ------------------------------------------------------------------------------------
 
 PERCENT = {"em", "f1", "match", "judge", "accuracy", "followup_duplicate_rate", "duplicate_rate_all_rounds",
-           "decision_accuracy", "gold_recall", "pruned_share", "answer_recall", "item_recall"}
+           "decision_accuracy", "gold_recall", "pruned_share", "answer_recall", "answer_recall_content", "item_recall",
+           "truncated_questions"}
 TITLES = {
     "em": "EM",
     "f1": "F1",
@@ -305,8 +316,8 @@ def fmt(name: str, v: Any) -> str:
 
 
 def _ci(row: Mapping[str, Any], name: str) -> str:
-    lo, hi = row.get(f"{name}_ci_low"), row.get(f"{name}_ci_high")
-    return f"[{fmt(name, lo)}, {fmt(name, hi)}]" if lo is not None and hi is not None else ""
+    lo, hi = (fmt(name, row.get(f"{name}_ci_{end}")) for end in ("low", "high"))
+    return f"[{lo}, {hi}]" if lo and hi else ""
 
 
 def md_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
@@ -365,9 +376,10 @@ def render_probe(rows: Sequence[Mapping[str, Any]], axes: Sequence[str]) -> str:
 
 EVIDENCE_METRICS: tuple[tuple[str, str], ...] = tuple(
     (f"{name}{suffix}", f"evidence/{name}{suffix}")
-    for name in ("answer_recall", "gold_recall", "item_recall", "tokens", "kept_ratio")
+    for name in ("answer_recall", "answer_recall_content", "gold_recall", "item_recall", "tokens", "kept_ratio")
     for suffix in ("", "_ci_low", "_ci_high")
-) + (("n", "evidence/n"), ("failed", "evidence/failed"), ("answer_recall_n", "evidence/answer_recall_n"))
+) + (("n", "evidence/n"), ("failed", "evidence/failed"), ("answer_recall_n", "evidence/answer_recall_n"),
+     ("truncated_questions", "evidence/truncated_questions"))  # fmt: skip
 
 
 def evidence_rows(runs: Sequence[Run], axes: Sequence[str] | None = None) -> list[dict[str, Any]]:
@@ -381,21 +393,28 @@ def evidence_rows(runs: Sequence[Run], axes: Sequence[str] | None = None) -> lis
         row: dict[str, Any] = {"method": evidence_label(r), **{a: label_value(r.setting(a)) for a in axes}}
         row["benchmark"] = r.benchmark
         for name, key in EVIDENCE_METRICS:
-            row[name] = r.metric(key)
+            row[name] = metric_cell(r, key)
         row["run"] = str(r.path)
         rows.append(row)
     return sorted(rows, key=lambda x: (x["benchmark"], _sort_key(x, axes)))
 
 
 def render_evidence(rows: Sequence[Mapping[str, Any]], axes: Sequence[str]) -> str:
-    """Markdown: answer recall (95% CI), gold-leaf and item recall, reader tokens, kept ratio per run."""
+    """Markdown: answer recall (95% CI) beside it without titles and headers, gold-leaf and item recall,
+    reader tokens, kept ratio per run, and the share of questions the reader cap cut where it cut any."""
     axes = [a for a in axes if a not in ("refine", "scorer")]
-    header = ["benchmark", "method", *axes, "n", "answer recall", "95% CI", "gold recall", "item recall",
-              "tokens", "tokens 95% CI", "kept ratio"]  # fmt: skip
+    content = _present(rows, "answer_recall_content")  # runs recorded before it have no such column
+    cut = any((r.get("truncated_questions") or 0) > 0 for r in rows)
+    header = ["benchmark", "method", *axes, "n", "answer recall", "95% CI",
+              *(["answer recall w/o titles/headers", "95% CI"] if content else []), "gold recall", "item recall",
+              "tokens", "tokens 95% CI", "kept ratio", *(["cap cut %"] if cut else [])]  # fmt: skip
     body = [
         [r["benchmark"], r["method"], *(r[a] for a in axes), fmt("n", r.get("n")), fmt("answer_recall", r.get("answer_recall")),
-         _ci(r, "answer_recall"), fmt("gold_recall", r.get("gold_recall")), fmt("item_recall", r.get("item_recall")),
-         fmt("tokens", r.get("tokens")), _ci(r, "tokens"), fmt("kept_ratio", r.get("kept_ratio"))]  # fmt: skip
+         _ci(r, "answer_recall"),
+         *([fmt("answer_recall_content", r.get("answer_recall_content")), _ci(r, "answer_recall_content")] if content else []),
+         fmt("gold_recall", r.get("gold_recall")), fmt("item_recall", r.get("item_recall")),
+         fmt("tokens", r.get("tokens")), _ci(r, "tokens"), fmt("kept_ratio", r.get("kept_ratio")),
+         *([fmt("truncated_questions", r.get("truncated_questions"))] if cut else [])]  # fmt: skip
         for r in rows
     ]
     return md_table(header, body)

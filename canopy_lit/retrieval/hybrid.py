@@ -82,8 +82,32 @@ class HybridRetriever(SingleQueryMixin):
         for i, q in enumerate(queries):
             items = {it.id: it for n in names for it in runs[n][i].items}
             fused = reciprocal_rank_fusion([runs[n][i].ids for n in names], weights, self.rrf_k)[:k]
-            out.append(Retrieval(q, [items[j] for j, _ in fused], [s for _, s in fused]))
+            routed = runs[names[0]][i].groups  # every side searched the same partitions (SharedRoute)
+            out.append(Retrieval(q, [items[j] for j, _ in fused], [s for _, s in fused], routed))
         return record_batch(self.stats, out, t0)
+
+
+class SharedRoute:
+    """One routing decision per query for every side of a hybrid retriever.
+
+    Each side routes on its own (``route_queries``); sharing this wrapper makes them agree even when the
+    router would not (an uncached or sampling LLM router asked twice), and asks it once per query text.
+    """
+
+    def __init__(self, router: Any) -> None:
+        self.router = router
+        self._seen: dict[str, list[str]] = {}
+
+    def restrict(self, groups: Sequence[str]) -> None:
+        if hasattr(self.router, "restrict"):
+            self.router.restrict(groups)
+        self._seen.clear()
+
+    def route(self, query: str) -> list[str]:
+        if query not in self._seen:
+            choice = self.router.route(query)
+            self._seen[query] = [choice] if isinstance(choice, str) else list(choice)
+        return self._seen[query]
 
 
 def build_hybrid_retriever(
@@ -95,6 +119,8 @@ def build_hybrid_retriever(
     weights: Mapping[str, float] | None = None,
     bm25: Mapping[str, Any] | None = None,
     benchmark_options: Mapping[str, Mapping[str, Any]] | None = None,
+    routing: bool = False,
+    router: Any = None,
     **dense: Any,
 ) -> HybridRetriever:
     """Dense (``build_retriever``) + BM25 (``build_bm25_retriever``) over one corpus, fused by RRF.
@@ -104,9 +130,14 @@ def build_hybrid_retriever(
         benchmarks, cache_dir, benchmark_options: shared by both sides.
         rrf_k, depth, weights: see ``HybridRetriever`` (weights keys: ``dense``, ``bm25``).
         bm25: ``build_bm25_retriever`` options (k1, b, method, stemmer, stopwords, n_threads).
-        **dense: the remaining ``build_retriever`` options (index, index_options, routing, router ...).
+        routing, router: route each query to the modalities ``router`` picks, on both sides (one
+            decision per query, ``SharedRoute``): a side left unrouted would fuse other modalities back in.
+        **dense: the remaining ``build_retriever`` options (index, index_options, ...).
     """
-    shared = {"benchmarks": benchmarks, "cache_dir": cache_dir, "benchmark_options": benchmark_options}
+    if routing and router is None:
+        raise ValueError("retrieval.routing=true needs a router (the LLM layer's ModalityRouter)")
+    shared = {"benchmarks": benchmarks, "cache_dir": cache_dir, "benchmark_options": benchmark_options,
+              "routing": routing, "router": SharedRoute(router) if routing else None}  # fmt: skip
     sides = {
         "dense": build_retriever(encoder, **shared, **dense),
         "bm25": build_bm25_retriever(**shared, **dict(bm25 or {})),

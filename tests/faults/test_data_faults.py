@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from evaluate_runner import DEAD_SERVER, metrics, records, run_script
 
+from canopy_lit.data import load_benchmark
+
 CONTEXT = [
     ["Paris", ["Paris is the capital of France.", "It lies on the Seine.", "It has many museums."]],
     ["Lyon", ["Lyon is a city in France.", "It is known for its food."]],
@@ -139,3 +141,61 @@ def test_probe_rerun_reads_node_embeddings_from_the_cache_and_applies_the_margin
     assert m1["probe/kept_token_ratio"] == 1.0 and m1["probe/pruned_share"] == 0.0 and m1["probe/gold_recall"] == 1.0
     assert m0["probe/pruned_share"] > 0.0
     assert "descend_margin=1" in (tmp_path / "run1" / "table.md").read_text()
+
+
+DATA = Path(__file__).resolve().parents[2] / "data"
+
+
+def test_questions_without_a_gold_answer_are_skipped_with_a_reason(tmp_path: Path) -> None:
+    """Issue 33.5: real HotpotQA dev records, one with an empty and one with no ``answer``: they were
+    scored 0 and counted in eval/n; QA skips them as ``no_answer`` (said on stderr and in metrics.json)."""
+    recs = json.loads((DATA / "hotpotqa" / "hotpot_dev_distractor_100.json").read_text())[:4]
+    recs[1]["answer"] = "  "
+    del recs[3]["answer"]
+    data = write(tmp_path, json.dumps(recs))
+    run_dir = tmp_path / "run"
+    out = run_script(
+        "evaluate.py", run_dir, "method=no_retrieval", "llm=simulated", f"llm.answer='{recs[0]['answer']}'",
+        "data=hotpotqa", f"data.path={data}", "data.split=test",
+    )  # fmt: skip
+    assert out.status == 0, out.stderr[-2000:]
+    assert f"hotpotqa ({data}): skipped 2 x no_answer" in out.stderr
+    m = metrics(run_dir)
+    assert m["eval/n"] == 2 and m["data/skipped/no_answer"] == 2 and m["eval/em"] == 0.5
+    assert [r["id"] for r in records(run_dir)] == [recs[0]["_id"], recs[2]["_id"]]
+    # only scoring answers needs them: the reader keeps every question (a probe needs gold evidence only)
+    assert len(load_benchmark("hotpotqa", data).questions) == 4
+
+
+def _tatqa_with_a_repeated_uid(tmp_path: Path) -> tuple[Path, list[dict], str]:
+    """The first two real TAT-QA dev documents; the second's first question reuses a uid of the first."""
+    docs = json.loads((DATA / "tatqa" / "tatqa_dataset_dev.json").read_text())[:2]
+    uid = docs[0]["questions"][0]["uid"]
+    docs[1]["questions"][0]["uid"] = uid
+    return write(tmp_path, json.dumps(docs), "tatqa_dev.json"), docs, uid
+
+
+def test_tatqa_duplicate_question_uid_is_skipped_with_a_reason(tmp_path: Path) -> None:
+    """Issue 34.8: QA stopped on "question ids are not unique" (no file, no id); the probe counted the
+    question twice. The reader keeps the first record, as HotpotQA does, and says so."""
+    data, docs, uid = _tatqa_with_a_repeated_uid(tmp_path)
+    total = sum(len(d["questions"]) for d in docs)
+    run_dir = tmp_path / "run"
+    out = run_script("evaluate.py", run_dir, "method=no_retrieval", "llm=simulated", "data=tatqa",
+                     f"data.path={data}", "data.split=all")  # fmt: skip
+    assert out.status == 0, out.stderr[-2000:]
+    assert f"tatqa ({data}): skipped 1 x duplicate_question" in out.stderr
+    m = metrics(run_dir)
+    assert m["eval/n"] == total - 1 and m["data/skipped/duplicate_question"] == 1
+    bench = load_benchmark("tatqa", data)
+    assert len(bench.questions) == total - 1 and bench.skipped["duplicate_question"] == 1
+    kept = next(q for q in bench.questions if q.id == uid)
+    assert kept.text == docs[0]["questions"][0]["question"]  # the first record of the id stays
+    assert bench.candidates[uid][0] == f"tatqa:{docs[0]['table']['uid']}"  # with its own document
+    probe_dir = tmp_path / "probe"
+    out = run_script("evaluate.py", probe_dir, "experiment=probe", "data=tatqa", f"data.path={data}",
+                     "data.split=all")  # fmt: skip
+    assert out.status == 0, out.stderr[-2000:]
+    rows = [json.loads(x) for x in (probe_dir / "probe_questions.jsonl").read_text().splitlines()]
+    assert [r["question"] for r in rows].count(uid) == 1
+    assert metrics(probe_dir)["probe/n_questions"] == len(rows) == len({r["question"] for r in rows})

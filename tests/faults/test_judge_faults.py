@@ -114,3 +114,53 @@ def test_busy_run_folder_and_dead_backend_exit_1_without_touching_metrics(tmp_pa
     assert (run / "metrics.json").read_text() == before
     assert not (run / JUDGEMENTS).exists() or judgements(run) == []
     assert main([str(tmp_path / "nowhere"), "llm=simulated"]) == 2  # no predictions.jsonl: usage error
+
+
+def _hotpot_run(run_dir: Path, n: int) -> tuple[list, list[dict]]:
+    """(questions, records) of an evaluation of the first ``n`` real HotpotQA questions (reader: the gold)."""
+    from canopy_lit.data import load_benchmark
+    from canopy_lit.eval.harness import run_questions
+    from canopy_lit.pipeline.trace import QuestionRecord
+
+    questions = load_benchmark("hotpotqa").questions[:n]
+    records = run_questions(
+        questions, lambda q: QuestionRecord(q.id, q.text, q.answers, q.benchmark, prediction=q.answers[0]),
+        run_dir, progress=False,
+    )  # fmt: skip
+    return questions, records
+
+
+def test_corrected_gold_answer_is_judged_again(tmp_path: Path) -> None:
+    """Issue 33.6: the verdict cache keyed on id + prediction reused a verdict given against the old gold."""
+    questions, _ = _hotpot_run(tmp_path, 3)
+    first = judge_run(tmp_path, AnswerJudge(SimulatedLLM(answer="Yes"), "fp", logprobs=0))
+    assert (first["judged"], first["cached"]) == (3, 0)
+    q = questions[1]
+    with RecordLog(tmp_path / "predictions.jsonl") as book:  # the question rerun after its gold was corrected
+        old = book.done[q.id]
+        book.append({**old, "answers": ["a corrected gold answer"]})
+    says_no = SimulatedLLM(answer="No")
+    again = judge_run(tmp_path, AnswerJudge(says_no, "fp", logprobs=0))
+    assert (again["judged"], again["cached"]) == (1, 2) and again["eval/judge"] == pytest.approx(2 / 3)
+    assert judgements(tmp_path)[-1]["answers"] == ["a corrected gold answer"]
+
+
+def test_judge_covers_exactly_the_runs_questions(tmp_path: Path, capsys) -> None:
+    """Issue 33.6: a folder evaluated on 3 questions, then on 2 (``limit``): eval/n is 2, and the judge
+    judged all 3 records of predictions.jsonl (judge_n 3)."""
+    from canopy_lit.eval.summary import summarize
+
+    _hotpot_run(tmp_path, 3)
+    questions, recs = _hotpot_run(tmp_path, 2)
+    (tmp_path / "metrics.json").write_text(json.dumps(summarize(recs)))
+    out = judge_run(tmp_path, AnswerJudge(SimulatedLLM(answer="Yes"), "fp", logprobs=0))
+    assert out["eval/judge_n"] == json.loads((tmp_path / "metrics.json").read_text())["eval/n"] == 2
+    assert sorted(j["question_id"] for j in judgements(tmp_path)) == sorted(q.id for q in questions)
+    # a run that has not finished (an id of the run without a record) is not judged on part of its questions
+    from canopy_lit.eval.harness import QUESTION_IDS
+
+    (tmp_path / QUESTION_IDS).write_text(json.dumps([q.id for q in questions] + ["never-answered"]))
+    assert main([str(tmp_path), "llm=simulated"]) == 1
+    err = capsys.readouterr().err
+    assert f"judge: error: {tmp_path}: 1 of the run's 3 questions have no record in predictions.jsonl" in err
+    assert "'never-answered'" in err

@@ -114,3 +114,34 @@ def test_summary_reports_prefilled_tokens_per_question() -> None:
     assert m["eval/llm_tokens"] == pytest.approx((1400 + 600) / 2)
     assert m["eval/prefill_tokens"] == pytest.approx((700 + 300) / 2)
     assert "eval/prefill_tokens" not in summarize([rec("1")])  # records without LLM accounting
+
+
+def test_every_score_is_over_the_same_questions_when_some_failed(tmp_path, caplog) -> None:
+    """Issue 33.4: 2 answered + 2 failed real HotpotQA questions. Failed records carry no Match score, so
+    Match was a mean over the 2 answered questions only (1.0 next to EM 0.5)."""
+    from canopy_lit.data import load_benchmark
+    from canopy_lit.eval.harness import run_questions
+    from canopy_lit.pipeline.trace import QuestionRecord
+    from canopy_lit.types import Question
+
+    questions = load_benchmark("hotpotqa").questions[:4]
+
+    def answer(q: Question) -> QuestionRecord:
+        if q.id in (questions[1].id, questions[3].id):
+            raise RuntimeError("reader backend unreachable")
+        return QuestionRecord(q.id, q.text, q.answers, q.benchmark, prediction=f"it is {q.answers[0]}")
+
+    recs = run_questions(questions, answer, tmp_path, progress=False)
+    m = summarize(recs)
+    assert m["eval/n"] == 4 and m["eval/failed"] == 2
+    assert (m["eval/em"], m["eval/match"]) == (0.0, 0.5)  # "it is <gold>": no exact match, gold contained
+    assert m["eval/match_ci_high"] <= 1.0 and m["eval/f1"] < 0.5
+    # a failed record written by any version (EM / F1 only) still scores 0 on Match
+    old_failed = {"id": "x", "status": "failed", "scores": {"em": 0.0, "f1": 0.0}}
+    assert summarize([*recs, old_failed])["eval/match"] == pytest.approx(2 / 5)
+    # an answered record never scored on Match: the metric is left out and named, not averaged over fewer
+    unscored = {**recs[0], "id": "y", "scores": {"em": 1.0, "f1": 1.0}}
+    with caplog.at_level("WARNING"):
+        m = summarize([*recs, unscored])
+    assert "eval/match" not in m and m["eval/em"] == pytest.approx(1 / 5)
+    assert "match left out: 1 of 3 answered questions have no 'match' score" in caplog.text

@@ -160,3 +160,30 @@ def test_evidence_grid_ranks_candidates_by_the_chosen_retriever(
             != [it.id for it in dense.retrieve(q.text, 4, (), q)]
             for q in qs
         )
+
+
+def test_routing_reaches_both_sides_of_the_hybrid(tmp_path, encoder) -> None:
+    """Issue 33.12: only the dense side got the router, so BM25 fused tables into a text-routed query.
+
+    Corpus: two real TAT-QA dev documents (2 tables, 4 paragraphs); router: the LLM router over the
+    project's simulated backend (it picks the first modality offered, ``text``), uncached."""
+    import json
+
+    from canopy_lit.llm.simulated import SimulatedLLM
+    from canopy_lit.retrieval.router import LLMModalityRouter
+
+    docs = json.loads((FIXTURE_2WIKI.parents[1] / "tatqa" / "tatqa_dataset_dev.json").read_text())[:2]
+    path = tmp_path / "tatqa_two_docs.json"
+    path.write_text(json.dumps(docs))
+    kw = {"benchmarks": ["tatqa"], "cache_dir": tmp_path, "benchmark_options": {"tatqa": {"path": str(path)}},
+          "index": "flat", "depth": 6}  # fmt: skip
+    queries = ["What was the change in the amount for Appliances in 2019 from 2018?",
+               "In which year was the amount for Sensors the largest?"]  # fmt: skip
+    unrouted = build_hybrid_retriever(encoder, **kw)
+    assert all(any(it.modality.value == "table" for it in r) for r in unrouted.retrieve_batch(queries, 3))
+    llm = SimulatedLLM()
+    hybrid = build_hybrid_retriever(encoder, **kw, routing=True, router=LLMModalityRouter(llm, cache=False))
+    for res in hybrid.retrieve_batch(queries, 3):
+        assert len(res) == 3 and {it.modality.value for it in res} == {"text"} and res.groups == ["text"]
+    assert all(side.router is not None for side in hybrid.retrievers.values())
+    assert llm.log.summary()["calls"] == len(queries)  # one routing decision per query, shared by both sides

@@ -60,7 +60,10 @@ def test_fingerprint_names_model_prompt_and_options_but_not_operational_knobs() 
     assert fp == judge_fingerprint({**smol, "n_threads": 8, "calibration": {"x": 1.0}}, max_tokens=16, logprobs=5)
     assert fp != judge_fingerprint({**smol, "model": "qwen2.5-1.5b"}, max_tokens=16, logprobs=5)
     assert fp != judge_fingerprint(smol, max_tokens=32, logprobs=5)
-    assert cache_key("q1", "Paris", fp) != cache_key("q1", "paris", fp) != cache_key("q2", "paris", fp)
+    shown = ("q1", "Capital of France?", ["Paris"], "Paris")
+    variants = [shown, ("q2", *shown[1:]), ("q1", "Capital of Italy?", *shown[2:]), (*shown[:2], ["Lyon"], "Paris"),
+                (*shown[:3], "paris")]  # fmt: skip
+    assert len({cache_key(*v, fp) for v in variants} | {cache_key(*shown, "other judge")}) == 6
 
 
 def test_judge_summary_uses_the_f1_bootstrap_ci_keys() -> None:

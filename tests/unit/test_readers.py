@@ -297,3 +297,32 @@ def test_extra_items_join_the_pool_with_media_paths_resolved(tmp_path) -> None:
     bad.write_text(json.dumps([{"id": "ok", "modality": "image", "image": "a.png"}, {"id": "x", "modality": "image"}]))
     with pytest.raises(DataFormatError, match=r"bad\.json, record 1 \(id 'x'\)"):
         load_extra_items(bad)
+
+
+DATA = Path(__file__).resolve().parents[2] / "data"
+
+
+@pytest.mark.parametrize(
+    ("name", "source", "id_key"),
+    [("hotpotqa", "hotpotqa/hotpot_dev_distractor_100.json", "_id"), ("nq", "nq/nq-open-oracle.jsonl.gz", "id"),
+     ("ottqa", "ottqa/dev.traced.json", "question_id"), ("mmqa", "mmqa/MMQA_dev.jsonl.gz", "qid"),
+     ("lvbench", "lvbench/lvbench_universalrag.json", "index"),
+     ("vragbench", "fixtures/vragbench_example.jsonl", "id")],
+)  # fmt: skip
+def test_every_reader_keeps_the_first_record_of_a_repeated_question_id(tmp_path, name, source, id_key) -> None:
+    """Bundled records, the second given the first's id: one shared rule (``Benchmark.add_question``)."""
+    recs = list(_io.iter_records(DATA / source))[:3]
+    recs[0][id_key] = recs[1][id_key] = "repeated-id"
+    bench = load_benchmark(name, write(tmp_path / f"{name}.json", recs))
+    assert [q.id for q in bench.questions].count("repeated-id") == 1 and len(bench.questions) == 2
+    assert bench.skipped["duplicate_question"] == 1
+    assert next(q for q in bench.questions if q.id == "repeated-id").text in json.dumps(recs[0], ensure_ascii=False)
+
+
+def test_benchmark_built_from_a_list_keeps_ids_unique() -> None:
+    qs = [Question("a", "first?", ["x"], "b"), Question("a", "second?", ["y"], "b"), Question("c", "c?", [""], "b")]
+    bench = Benchmark("b", qs, {}, {})
+    assert [q.text for q in bench.questions] == ["first?", "c?"] and bench.skip_metrics() == {
+        "data/skipped/duplicate_question": 1.0}
+    assert [q.id for q in bench.answered(bench.questions)] == ["a"]
+    assert bench.skip_metrics()["data/skipped/no_answer"] == 1.0

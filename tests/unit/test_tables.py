@@ -225,3 +225,22 @@ def test_training_run_folders_stay_out_of_qa_tables(tmp_path: Path) -> None:
     assert sorted(r.mode for r in runs) == ["qa", "train"]
     assert [r["method"] for r in qa_rows(runs)] == ["vanilla"]
     assert "val/decision_accuracy" in render_study("runs", runs)  # listed apart, as it is
+
+
+def test_unreadable_metric_values_keep_their_columns_and_are_named(tmp_path: Path, caplog) -> None:
+    """Issue 33.4: a NaN or a string in metrics.json must not make EM / F1 vanish from the tables silently."""
+    run = make_qa_run(tmp_path / "run", "hotpotqa", 3, method="vanilla", refine="keep_whole", max_rounds=1)
+    m = metrics_of(run)
+    (run / "metrics.json").write_text(json.dumps({**m, "eval/em": float("nan"), "eval/f1": "0.5"}))
+    with caplog.at_level("WARNING"):
+        r = load_run(run)
+    md = render_study("runs", [r])
+    header = next(x for x in md.splitlines() if x.startswith("| method | benchmark |"))
+    assert "| EM |" in header and "| F1 |" in header and "| Match |" in header
+    wide = next(x for x in md.splitlines() if x.startswith("| method |"))
+    assert "hotpotqa EM" in wide and "hotpotqa F1" in wide
+    assert "nan" not in md.lower()  # blank cells, not "nan"
+    assert r.metric("eval/em") is None and r.metric("eval/match") == m["eval/match"]
+    lines = [x.getMessage() for x in caplog.records]
+    assert any(line.startswith(f"{run / 'metrics.json'}: eval/em is NaN") for line in lines), lines
+    assert any(line.startswith(f"{run / 'metrics.json'}: eval/f1 is \"0.5\"") for line in lines), lines

@@ -107,16 +107,15 @@ def read_video_benchmark(
     """Each record -> ``parse`` -> a question whose gold item is the whole video (``<name>:<video id>``) and
     whose gold leaves are the clips overlapping ``[t0, t1]``; the video is its only candidate."""
     items: dict[str, Item] = {}
-    questions: list[Question] = []
-    candidates: dict[str, list[str]] = {}
     skipped: Counter = Counter()
+    bench = Benchmark(name, [], items, {}, skipped, {"path": str(path), "video_root": str(video_root)})
     for index, rec in enumerate(iter_records(path)):
         with record_guard(path, index, rec, skipped, strict):
             q = parse(rec)
+            if bench.repeats_question(q.qid):
+                continue
             item = video_item(name, q.video, video_root, q.duration, items, skipped)
             gold = {item.id: clip_gold(item, q.t0, q.t1, skipped)} if item is not None else {}
-            questions.append(Question(q.qid, q.text, q.answers, name, gold, choices=q.choices, meta=q.meta))
-            candidates[q.qid] = [item.id] if item is not None else []
-    return Benchmark(
-        name, questions, items, candidates, skipped, {"path": str(path), "video_root": str(video_root)}
-    )
+            question = Question(q.qid, q.text, q.answers, name, gold, choices=q.choices, meta=q.meta)
+            bench.add_question(question, [item.id] if item is not None else [])
+    return bench

@@ -221,9 +221,8 @@ def _peek_layout(sources: list[Source]) -> tuple[list[Source], str]:
 
 
 def _read_nq(sources: list[Source], name: str, strict: bool) -> Benchmark:
-    questions: list[Question] = []
-    candidates: dict[str, list[str]] = {}
     skipped: Counter = Counter()
+    bench = Benchmark(name, [], {}, {}, skipped, {})
     n = 0  # running index over all splits keeps hashed ids of repeated questions apart
     for label, split, rows in sources:
         for index, rec in enumerate(rows):
@@ -237,26 +236,22 @@ def _read_nq(sources: list[Source], name: str, strict: bool) -> Benchmark:
                 meta: dict[str, Any] = {"doc": f"{name}:question:{qid}", "file": label.name}
                 if split is not None:
                     meta["split"] = split
-                questions.append(Question(qid, text, answers, name, {}, meta=meta))
-                candidates[qid] = []
-                skipped["no_gold_paragraph"] += 1
+                if bench.add_question(Question(qid, text, answers, name, {}, meta=meta), []):
+                    skipped["no_gold_paragraph"] += 1
             n += 1
-    return Benchmark(name, questions, {}, candidates, skipped, {})
+    return bench
 
 
 def _read_musique(sources: list[Source], name: str, strict: bool) -> Benchmark:
     items: dict[str, Item] = {}
-    questions: list[Question] = []
-    candidates: dict[str, list[str]] = {}
     skipped: Counter = Counter()
+    bench = Benchmark(name, [], items, {}, skipped, {})
     leaf_cache: dict = {}
-    seen: set[str] = set()
     for label, split, rows in sources:
         for index, rec in enumerate(rows):
             with record_guard(label, index, rec, skipped, strict):
                 qid = str(require(rec, "id", (str, int)))
-                if qid in seen:
-                    skipped["duplicate_question"] += 1
+                if bench.repeats_question(qid):  # before its paragraphs join the pool
                     continue
                 text = require(rec, "question", str)
                 answers = [str(require(rec, "answer", str))]
@@ -288,7 +283,5 @@ def _read_musique(sources: list[Source], name: str, strict: bool) -> Benchmark:
                     meta["answerable"] = bool(rec["answerable"])
                 if split is not None:
                     meta["split"] = split
-                questions.append(Question(qid, text, answers, name, gold, meta=meta))
-                candidates[qid] = cands
-                seen.add(qid)
-    return Benchmark(name, questions, items, candidates, skipped, {})
+                bench.add_question(Question(qid, text, answers, name, gold, meta=meta), cands)
+    return bench

@@ -108,18 +108,15 @@ def read_records(
         name, strict: see ``read``. path: recorded in ``Benchmark.meta``.
     """
     items: dict[str, Item] = {}
-    questions: list[Question] = []
-    candidates: dict[str, list[str]] = {}
     skipped: Counter = Counter()
-    seen: set[str] = set()
+    bench = Benchmark(name, [], items, {}, skipped, {"path": str(path)})
     for file, split, records in sources:
         for index, rec in enumerate(records):
             with record_guard(file, index, rec, skipped, strict):
                 qid = str(rec.get("_id", rec.get("id"))) if isinstance(rec, dict) else None
                 if qid is None or qid == "None":
                     raise KeyError("_id")
-                if qid in seen:
-                    skipped["duplicate_question"] += 1
+                if bench.repeats_question(qid):  # before its paragraphs join the pool
                     continue
                 text = require(rec, "question", str)
                 answer = rec.get("answer")
@@ -160,12 +157,10 @@ def read_records(
                 if split is not None:
                     meta["split"] = split
                 meta["file"] = file.name
-                questions.append(
-                    Question(qid, text, answers, name, {k: sorted(v) for k, v in gold.items()}, meta=meta)
+                bench.add_question(
+                    Question(qid, text, answers, name, {k: sorted(v) for k, v in gold.items()}, meta=meta), cands
                 )
-                candidates[qid] = cands
-                seen.add(qid)
-    return Benchmark(name, questions, items, candidates, skipped, {"path": str(path)})
+    return bench
 
 
 def _item_id(items: dict[str, Item], prefix: str, title: str, sentences: list[str]) -> str:

@@ -170,9 +170,10 @@ def read(
     if images is not None:
         items.update(_load_images(images, wanted["image"], images_dir, skipped))
 
-    questions: list[Question] = []
-    candidates: dict[str, list[str]] = {}
+    bench = Benchmark("mmqa", [], items, {}, skipped, {"path": str(path)})
     for index, (q, rec) in enumerate(raw):
+        if bench.repeats_question(q.id):
+            continue
         with record_guard(path, index, rec, skipped, strict):
             entries = _answer_entries(rec)
             gold: dict[str, list[int]] = {}
@@ -198,8 +199,6 @@ def read(
                 skipped["gold_context_unavailable"] += 1
             q.gold = gold
             ctx = q.meta["context_ids"]
-            candidates[q.id] = [
-                f"mmqa:{d}" for part in ("table", "text", "image") for d in ctx[part] if f"mmqa:{d}" in items
-            ]
-            questions.append(q)
-    return Benchmark("mmqa", questions, items, candidates, skipped, {"path": str(path)})
+            cands = [f"mmqa:{d}" for part in ("table", "text", "image") for d in ctx[part] if f"mmqa:{d}" in items]
+            bench.add_question(q, cands)
+    return bench

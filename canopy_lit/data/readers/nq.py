@@ -29,23 +29,23 @@ def _qid(text: str, index: int) -> str:
 def read(path: Path, strict: bool = True) -> Benchmark:
     """Read an NQ-open oracle JSONL(.gz) file."""
     items: dict[str, Item] = {}
-    questions: list[Question] = []
-    candidates: dict[str, list[str]] = {}
     skipped: Counter = Counter()
+    bench = Benchmark("nq", [], items, {}, skipped, {"path": str(path)})
     leaf_cache: dict = {}
     for index, rec in enumerate(iter_records(path)):
         with record_guard(path, index, rec, skipped, strict):
             text = require(rec, "question", str)
             answers = [str(a) for a in require(rec, "answers", list)]
             qid = str(rec.get("id", _qid(text, index)))
+            if bench.repeats_question(qid):
+                continue
             gold_rec = require(rec, "nq_annotated_gold", dict)
             title = str(gold_rec.get("title", ""))
             body = require(gold_rec, "long_answer", str)
             shorts = [str(s) for s in gold_rec.get("short_answers") or answers]
             if not body.strip():
                 skipped["empty_gold_paragraph"] += 1
-                questions.append(Question(qid, text, answers, "nq", {}, meta={"doc": f"nq:page:{title}"}))
-                candidates[qid] = []
+                bench.add_question(Question(qid, text, answers, "nq", {}, meta={"doc": f"nq:page:{title}"}), [])
                 continue
             digest = hashlib.sha1(f"{title}\n{body}".encode()).hexdigest()[:12]
             item_id = f"nq:{title}#{digest}"
@@ -56,6 +56,5 @@ def read(path: Path, strict: bool = True) -> Benchmark:
                 skipped["gold_span_not_located"] += 1
             # The source document is the Wikipedia page: two paragraphs of one page share a split.
             meta = {"doc": f"nq:page:{title}", "short_answers": shorts}
-            questions.append(Question(qid, text, answers, "nq", {item_id: leaves}, meta=meta))
-            candidates[qid] = [item_id]
-    return Benchmark("nq", questions, items, candidates, skipped, {"path": str(path)})
+            bench.add_question(Question(qid, text, answers, "nq", {item_id: leaves}, meta=meta), [item_id])
+    return bench

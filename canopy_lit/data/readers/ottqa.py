@@ -81,9 +81,8 @@ def read(
     """
     table_map, pas, per_table = _load_sources(tables, passages)
     items: dict[str, Item] = {}
-    questions: list[Question] = []
-    candidates: dict[str, list[str]] = {}
     skipped: Counter = Counter()
+    bench = Benchmark("ottqa", [], items, {}, skipped, {"path": str(path), "tables": str(tables)})
     table_cands: dict[str, list[str]] = {}
     leaf_cache: dict = {}  # passages recur across questions: split each once
 
@@ -126,14 +125,15 @@ def read(
     for index, rec in enumerate(iter_records(path)):
         with record_guard(path, index, rec, skipped, strict):
             qid = str(require(rec, "question_id", str))
+            if bench.repeats_question(qid):
+                continue
             text = require(rec, "question", str)
             table_id = require(rec, "table_id", str)
             answer = rec.get("answer-text")
             answers = [str(answer)] if answer is not None else []
             if table_id not in table_map:
                 skipped["table_missing"] += 1
-                questions.append(Question(qid, text, answers, "ottqa", {}, meta={"doc": f"ottqa:{table_id}"}))
-                candidates[qid] = []
+                bench.add_question(Question(qid, text, answers, "ottqa", {}, meta={"doc": f"ottqa:{table_id}"}), [])
                 continue
             cands = table_item(table_id)
             tid = cands[0]
@@ -165,10 +165,7 @@ def read(
                 elif kind != "table":
                     raise ValueError(f"answer-node kind must be 'table' or 'passage', got {kind!r}")
             meta = {"doc": f"ottqa:{table_id}"}
-            questions.append(
-                Question(qid, text, answers, "ottqa", {k: sorted(v) for k, v in gold.items()}, meta=meta)
+            bench.add_question(
+                Question(qid, text, answers, "ottqa", {k: sorted(v) for k, v in gold.items()}, meta=meta), cands
             )
-            candidates[qid] = list(cands)
-    return Benchmark(
-        "ottqa", questions, items, candidates, skipped, {"path": str(path), "tables": str(tables)}
-    )
+    return bench

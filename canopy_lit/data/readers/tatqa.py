@@ -112,9 +112,8 @@ def _answers(answer: Any) -> list[str]:
 def read(path: Path, strict: bool = True) -> Benchmark:
     """Read one official TAT-QA split file (a JSON list of documents)."""
     items: dict[str, Item] = {}
-    questions: list[Question] = []
-    candidates: dict[str, list[str]] = {}
     skipped: Counter = Counter()
+    bench = Benchmark("tatqa", [], items, {}, skipped, {"path": str(path)})
     leaf_cache: dict = {}  # a paragraph serves several questions: split it once
     for index, doc in enumerate(iter_records(path)):
         with record_guard(path, index, doc, skipped, strict):
@@ -142,6 +141,8 @@ def read(path: Path, strict: bool = True) -> Benchmark:
             for qi, q in enumerate(require(doc, "questions", list)):
                 with record_guard(path, index, {"uid": f"{table_uid} question {qi}"}, skipped, strict):
                     qid = str(require(q, "uid", str))
+                    if bench.repeats_question(qid):
+                        continue
                     text = require(q, "question", str)
                     answers = _answers(q.get("answer"))
                     derivation = str(q.get("derivation") or "")
@@ -168,6 +169,5 @@ def read(path: Path, strict: bool = True) -> Benchmark:
                         "doc": tid,
                         **{k: q[k] for k in ("answer_type", "answer_from", "scale", "derivation") if k in q},
                     }
-                    questions.append(Question(qid, text, answers, "tatqa", gold, meta=meta))
-                    candidates[qid] = cands
-    return Benchmark("tatqa", questions, items, candidates, skipped, {"path": str(path)})
+                    bench.add_question(Question(qid, text, answers, "tatqa", gold, meta=meta), cands)
+    return bench
