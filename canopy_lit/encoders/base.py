@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
@@ -20,6 +21,8 @@ import torch
 from torch import nn
 
 from canopy_lit.types import NodeInput
+
+log = logging.getLogger(__name__)
 
 EncoderInput = str | NodeInput
 FINGERPRINT_FILE = "encoder_fingerprint.json"
@@ -140,6 +143,11 @@ class NodeEncoder(ABC, nn.Module):
         """Tokens per input after truncation, for token-budget batching (default: the length proxy)."""
         return [self.input_length(x) for x in inputs]
 
+    def truncated(self, inputs: Sequence[EncoderInput]) -> list[bool]:
+        """Whether each input is longer than the model reads (cut at ``max_seq_length``); an encoder that
+        cannot tell reports False."""
+        return [False] * len(inputs)
+
     def batches(self, lengths: Sequence[int], batch_size: int) -> list[list[int]]:
         """Split positions (sorted longest first) into batches of <= ``batch_size`` inputs and, with
         ``max_batch_tokens``, <= that many padded tokens (a batch pads to its first, longest input)."""
@@ -179,6 +187,11 @@ class NodeEncoder(ABC, nn.Module):
         inverse[order] = torch.arange(n, device=order.device)
         return out[inverse.to(out.device)]
 
+    def select_inputs(self, batch: dict[str, torch.Tensor], rows: Sequence[int]) -> dict[str, torch.Tensor]:
+        """The tokenised inputs ``rows`` of ``batch``; encoders whose tensors are not one row per input
+        (Qwen3-VL's pixel patches) override it."""
+        return {k: v[list(rows)] for k, v in batch.items()}
+
     # ----------------------------------------------------------------- adapter
     @property
     def has_adapter(self) -> bool:
@@ -215,7 +228,10 @@ class NodeEncoder(ABC, nn.Module):
         Checked before peft sees the folder, each failure one ``ValueError`` naming the folder or file:
         the fingerprint's backbone hash (or, without a fingerprint, ``adapter_config.json``'s
         ``base_model_name_or_path``) against this backbone, every LoRA weight's shape against the layer it
-        targets, and whether ``adapter_model.safetensors`` can be read at all.
+        targets and against the rank ``adapter_config.json`` declares, and whether
+        ``adapter_model.safetensors`` can be read at all. Weights that differ from the ``adapter_hash`` the
+        fingerprint recorded (replaced after saving) are logged; ``adapter_hash()`` is always of the weights
+        loaded.
         """
         from peft import PeftModel
 
@@ -226,8 +242,10 @@ class NodeEncoder(ABC, nn.Module):
             raise FileNotFoundError(f"{path}: not a peft adapter folder (no adapter_config.json)")
         if self.has_adapter:
             raise RuntimeError("encoder already has an adapter")
-        base = str(_read_json(path / "adapter_config.json").get("base_model_name_or_path") or "")
+        config = _read_json(path / "adapter_config.json")
+        base = str(config.get("base_model_name_or_path") or "")
         saved = path / FINGERPRINT_FILE
+        meta: dict[str, Any] = {}
         if saved.is_file():
             meta = _read_json(saved)
             if meta.get("backbone_hash") not in (None, self._backbone_hash):
@@ -240,10 +258,17 @@ class NodeEncoder(ABC, nn.Module):
                 f"{path}: adapter was trained on backbone {base!r} (adapter_config.json base_model_name_or_path; "
                 f"no {FINGERPRINT_FILE}), this encoder is {self.name!r}: load it with that backbone"
             )
-        self._check_adapter_weights(path, base)
+        self._check_adapter_weights(path, base, config)
         for p in self.model.parameters():  # the backbone never trains; the adapter only when asked
             p.requires_grad_(False)
         self.model = PeftModel.from_pretrained(self.model, str(path), is_trainable=trainable)
+        recorded, loaded = meta.get("adapter_hash"), self.adapter_hash()
+        if recorded not in (None, loaded):
+            log.warning(
+                "%s: the adapter weights are not the ones %s recorded (adapter_hash %s there, %s loaded): "
+                "they were replaced after saving; runs record the hash of the weights loaded",
+                path, FINGERPRINT_FILE, recorded, loaded,
+            )  # fmt: skip
         if scale != 1.0:
             with torch.no_grad():
                 for name, p in self.model.named_parameters():
@@ -259,8 +284,9 @@ class NodeEncoder(ABC, nn.Module):
         names = [self.name, str(getattr(config, "name_or_path", "") or "")]
         return set().union(*(_name_forms(n) for n in names if n))
 
-    def _check_adapter_weights(self, path: Path, base: str) -> None:
-        """Readable ``adapter_model.safetensors`` whose LoRA shapes fit this backbone's layers (before peft).
+    def _check_adapter_weights(self, path: Path, base: str, config: dict[str, Any]) -> None:
+        """Readable ``adapter_model.safetensors`` whose LoRA shapes fit this backbone's layers and the rank
+        that ``config`` (``adapter_config.json``: ``r``, ``rank_pattern``) declares (before peft).
 
         peft would otherwise fail with a size-mismatch traceback (or a safetensors error without the path).
         """
@@ -275,8 +301,13 @@ class NodeEncoder(ABC, nn.Module):
         except (SafetensorError, OSError) as e:
             raise ValueError(f"{weights}: cannot read the adapter weights (truncated or corrupt file: {e}); "
                              "copy or re-save the adapter") from e  # fmt: skip
+        from peft.utils.other import get_pattern_key
+
         modules = dict(self.model.named_modules())
         trained_on = f" (trained on {base!r})" if base else ""
+        rank_pattern = config.get("rank_pattern") or {}
+        wrong_rank: list[tuple[str, tuple[int, ...], int, int]] = []  # (key, shape, declared, found)
+        n_lora = 0
         for key, shape in shapes.items():
             parts = key.removeprefix("base_model.model.").split(".")
             if len(parts) < 3 or parts[-1] != "weight" or parts[-2] not in {"lora_A", "lora_B"}:
@@ -295,6 +326,19 @@ class NodeEncoder(ABC, nn.Module):
                     f"{self.name!r} (hidden size {self.dim}) has {want} features there: the adapter belongs "
                     f"to another backbone{trained_on}"
                 )
+            n_lora += 1
+            declared = rank_pattern.get(get_pattern_key(rank_pattern.keys(), target), config.get("r"))
+            rank = shape[0] if parts[-2] == "lora_A" else shape[-1]
+            if isinstance(declared, int) and len(shape) == 2 and rank != declared:
+                wrong_rank.append((key, shape, declared, rank))
+        if wrong_rank:
+            key, shape, declared, rank = wrong_rank[0]
+            found = sorted({r for *_, r in wrong_rank})
+            raise ValueError(
+                f"{path}: adapter_config.json declares LoRA rank r={declared}, but adapter_model.safetensors holds "
+                f"rank {', '.join(map(str, found))} ({len(wrong_rank)} of {n_lora} LoRA weights, e.g. {key} of shape "
+                f"{list(shape)}): the config and the weights come from different adapters; save them together"
+            )
 
     def save_adapter(self, path: str | Path) -> Path:
         """Save the peft adapter only (no backbone weights) plus ``encoder_fingerprint.json``."""

@@ -17,6 +17,10 @@ MPNET = "all-mpnet-base-v2"
 MPNET_ALIASES = frozenset({"mpnet", MPNET.lower(), f"sentence-transformers/{MPNET}".lower()})
 # LoRA targets when none are given: peft's own defaults per model type, plus those it lacks.
 EXTRA_LORA_TARGETS = {"mpnet": ["q", "v"]}
+# Token cap per input when none is given, = configs/encoder/{minilm,mpnet}.yaml: MiniLM's and MPNet's position
+# limit rather than their model cards' 256, at which 155 of 250 OTT-QA gold tables lose rows
+# (experiments/max_seq_length.md). A backbone with fewer positions gets its own limit.
+DEFAULT_MAX_SEQ_LENGTH = 512
 
 
 def default_lora_targets(model_type: str) -> list[str]:
@@ -55,7 +59,8 @@ class TextEncoder(NodeEncoder):
     Args:
         backbone: ``"minilm"`` (bundled all-MiniLM-L6-v2), ``"mpnet"`` (all-mpnet-base-v2, an optional asset),
             a local sentence-transformers folder or a hub id.
-        max_seq_length: token cap per input; default = the folder's ``sentence_bert_config.json`` (256 for MiniLM).
+        max_seq_length: token cap per input; default ``DEFAULT_MAX_SEQ_LENGTH`` (512, as the configs), or the
+            backbone's position limit when that is lower. Longer inputs are cut (``truncated`` tells which).
         pooling: ``"mean"`` or ``"cls"``; default = the folder's ``1_Pooling/config.json``, else mean.
         batch_size: inference batch size (inputs).
         device: torch device for the backbone.
@@ -87,9 +92,8 @@ class TextEncoder(NodeEncoder):
             self.model = AutoModel.from_pretrained(str(where))
         except OSError as err:
             raise OSError(f"cannot load text encoder {backbone!r} from {where}: {err}") from err
-        st_cfg = self._read_json(local, "sentence_bert_config.json")
         pool_cfg = self._read_json(local, "1_Pooling/config.json")
-        self.max_seq_length = int(max_seq_length or st_cfg.get("max_seq_length") or 256)
+        self.max_seq_length = int(max_seq_length or min(DEFAULT_MAX_SEQ_LENGTH, self._position_limit()))
         self.pooling = pooling or ("cls" if pool_cfg.get("pooling_mode_cls_token") else "mean")
         if self.pooling not in {"mean", "cls"}:
             raise ValueError(f"encoder.pooling must be 'mean' or 'cls', got {self.pooling!r}")
@@ -98,6 +102,14 @@ class TextEncoder(NodeEncoder):
         self.max_batch_tokens = max_batch_tokens
         self._backbone_hash = backbone_hash(local, f"{self.name}|{self.pooling}|{self.max_seq_length}")
         self.model.to(device)
+
+    def _position_limit(self) -> int:
+        """Tokens the backbone can read: the tokenizer's ``model_max_length`` when set (transformers uses a
+        huge sentinel when it is not), else the config's position embeddings."""
+        limit = int(getattr(self.tokenizer, "model_max_length", 0) or 0)
+        if 0 < limit < 1_000_000:
+            return limit
+        return int(getattr(self.model.config, "max_position_embeddings", DEFAULT_MAX_SEQ_LENGTH))
 
     @staticmethod
     def _read_json(folder: Path | None, rel: str) -> dict[str, Any]:
@@ -124,6 +136,12 @@ class TextEncoder(NodeEncoder):
     def token_lengths(self, inputs: Sequence[EncoderInput]) -> list[int]:
         ids = self.tokenizer([input_text(x) for x in inputs], truncation=True, max_length=self.max_seq_length)["input_ids"]
         return [len(i) for i in ids]
+
+    def truncated(self, inputs: Sequence[EncoderInput]) -> list[bool]:
+        """Inputs longer than ``max_seq_length`` tokens (special tokens included), which ``tokenize`` cuts."""
+        limit = self.max_seq_length
+        ids = self.tokenizer([input_text(x) for x in inputs], truncation=True, max_length=limit + 1)["input_ids"]
+        return [len(i) > limit for i in ids]
 
     def tokenize(self, inputs: Sequence[EncoderInput]) -> dict[str, torch.Tensor]:
         """Padded ``input_ids`` / ``attention_mask`` (B, L), L <= max_seq_length."""

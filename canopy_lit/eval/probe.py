@@ -14,8 +14,9 @@ refined; we measure
 - ``probe/encoded_node_share``: nodes sent to the encoder / nodes in all trees (gold trees are
   scored in full, distractors only where the refinement reads).
 
-Tokens here are whitespace tokens of the rendered evidence (no reader involved), so
-ratios are comparable across encoders.
+Tokens here are whitespace tokens of the rendered evidence (no reader involved, so no reader cap:
+gold recall and kept ratios are the refiner's own, before any cap), so ratios are comparable across
+encoders. ``evidence/*`` (eval/evidence.py) measures the same quantities after the reader cap.
 
 Every pooled ratio is also kept per question (``question_rows``: numerators and denominators), so two
 scorers probed on the same questions can be compared with a paired bootstrap over questions

@@ -221,6 +221,15 @@ class EncodeReport:
     encoded: int  # items encoded in this call
     skipped: int  # items already in finished shards
     seconds: float
+    truncated: int = 0  # items of this call longer than the encoder reads (cut at max_seq_length)
+
+
+def count_truncated(encoder: Any, inputs: Sequence[NodeInput | str], chunk: int = 4096) -> int:
+    """Inputs the encoder cuts (``NodeEncoder.truncated``), tokenised ``chunk`` at a time to bound memory."""
+    truncated = getattr(encoder, "truncated", None)
+    if truncated is None:
+        return 0
+    return sum(sum(truncated(inputs[i : i + chunk])) for i in range(0, len(inputs), chunk))
 
 
 def encode_corpus(
@@ -242,8 +251,8 @@ def encode_corpus(
     Args:
         corpus: the items to embed (rendered by ``render_item``).
         encoder: a ``NodeEncoder``.
-        out_dir: shard folder; its ``meta.json`` pins encoder fingerprint, role and corpus digest, and a
-            mismatch raises instead of mixing embeddings of two encoders.
+        out_dir: shard folder; its ``meta.json`` pins encoder fingerprint, role, corpus digest and renderer
+            (``Hierarchy.fingerprint``), and a mismatch raises instead of mixing embeddings of two setups.
         role: ``"f0"`` (retrieval) or ``"ftheta"``.
         batch_size, shard_size: items per forward pass / per saved shard.
         trainer_kwargs: extra ``lightning.Trainer`` arguments (e.g. ``devices=8, strategy="ddp"``).
@@ -251,7 +260,8 @@ def encode_corpus(
         progress: show a progress bar (items done / total, rate, ETA) on stderr.
 
     Returns:
-        ``EncodeReport`` for this call (this rank).
+        ``EncodeReport`` for this call (this rank); items cut at the encoder's ``max_seq_length`` are
+        counted there and logged as one warning.
 
     Raises:
         EncodeInterrupted: on SIGTERM, after the embeddings encoded so far are saved (exit status 143).
@@ -260,16 +270,20 @@ def encode_corpus(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     fp = f0_fingerprint(encoder) if role == "f0" else str(encoder.fingerprint)
-    meta = {"fingerprint": fp, "role": role, "corpus": corpus.digest(), "dim": int(encoder.dim), "dtype": dtype}
+    h = hierarchy or Hierarchy()
+    meta = {"fingerprint": fp, "role": role, "corpus": corpus.digest(), "dim": int(encoder.dim), "dtype": dtype,
+            "render": h.fingerprint}  # fmt: skip
     meta_path = out / META
     if meta_path.exists():
         old = json.loads(meta_path.read_text())
         if old != meta:
-            raise ValueError(f"{out} holds embeddings of another setup: {old} != {meta}; use a fresh folder")
+            differ = "; ".join(f"{k}: {old.get(k, '(not recorded)')!r} there, {meta.get(k, '(none)')!r} now"
+                               for k in sorted(set(old) | set(meta)) if old.get(k) != meta.get(k))  # fmt: skip
+            raise ValueError(f"{meta_path}: the embeddings there come from another setup ({differ}); "
+                             "encode into a fresh folder")  # fmt: skip
     else:
         meta_path.write_text(json.dumps(meta, indent=1))
     done = done_ids(out)
-    h = hierarchy or Hierarchy()
     todo_ids, inputs = [], []
     for item in corpus:
         if item.id not in done:
@@ -280,6 +294,11 @@ def encode_corpus(
              len(todo_ids), len(corpus), out, skipped, batch_size, shard_size)  # fmt: skip
     if not todo_ids:
         return EncodeReport(0, skipped, time.perf_counter() - t0)
+    cut = count_truncated(encoder, inputs)
+    if cut:
+        log.warning("%d of the %d items to encode are longer than the encoder reads (max_seq_length=%s tokens): "
+                    "their embeddings see only the first tokens", cut, len(inputs),
+                    getattr(encoder, "max_seq_length", "?"))  # fmt: skip
     # Longest first, like the encoder's own batching: little padding per batch, OOM shows up at once.
     order = sorted(range(len(todo_ids)), key=lambda i: -encoder.input_length(inputs[i]))
     data = _Rendered([todo_ids[i] for i in order], [inputs[i] for i in order], encoder)
@@ -311,4 +330,4 @@ def encode_corpus(
     finally:
         chatty.setLevel(level)
     log.info("encoded %d items in %.1f s", writer.written, time.perf_counter() - t0)
-    return EncodeReport(writer.written, skipped, time.perf_counter() - t0)
+    return EncodeReport(writer.written, skipped, time.perf_counter() - t0, truncated=cut)

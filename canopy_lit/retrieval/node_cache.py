@@ -1,18 +1,24 @@
 """Node-embedding cache: fθ(v) is query-independent, so every node is encoded once (METHOD.md §1.1 step 4).
 
-Keys are ``(fingerprint, item id, leaf start, leaf end)``, where the fingerprint joins the encoder's
-(backbone + adapter hash), the renderer's (``Hierarchy.fingerprint``: tree builders, their options,
-the frame describer) and the encoder settings that change what reaches the model
-(``max_seq_length``, ``max_frames_per_node``). A node's rendering depends on its leaf range only,
-not on the branching factor, so trees of different B share entries. Two tiers:
+Keys are ``(fingerprint, item id, item digest, leaf start, leaf end)``, where the fingerprint joins the
+encoder's (backbone + adapter hash), the renderer's (``Hierarchy.fingerprint``: tree builders, their
+options, the frame describer) and the encoder settings that change what reaches the model
+(``max_seq_length``, ``max_frames_per_node``), and the item digest hashes the item's content
+(``item_digest``), so an item id reused for other text is a miss, not a stale vector. A node's rendering
+depends on its leaf range only, not on the branching factor, so trees of different B share entries.
+Two tiers:
 
 - memory: an LRU of ``capacity`` vectors (float32);
 - disk: one SQLite file per fingerprint under ``cache_dir`` (WAL mode, so several processes of a
   sweep can read and write it), vectors stored as ``dtype`` blobs with a checksum per row.
 
 A disk store that fails a check (unreadable SQLite, wrong vector length, checksum mismatch, foreign
-schema) is moved aside to ``<file>.corrupt-<UTC time>`` with a warning naming it, and rebuilt from
-the encoder; any other SQLite error is raised with the file's path.
+schema) is moved aside to ``<file>.corrupt-<UTC time>`` (a store of an older schema to
+``<file>.outdated-<UTC time>``) with a warning naming it, and rebuilt from the encoder; any other SQLite
+error is raised with the file's path.
+
+Every entry remembers whether its input was longer than the encoder reads (cut at ``max_seq_length``):
+``stats()["truncated"]`` counts the distinct cut nodes served, and the first one is logged as a warning.
 
 Fresh vectors are rounded through ``dtype`` before use, so a score is bit-identical whether its
 node came from the encoder, memory or disk (refinement compares child >= parent: a 1e-3 float16
@@ -24,6 +30,7 @@ Online compression is then lookup + dot product; ``precompute`` fills the disk t
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import sqlite3
@@ -40,9 +47,9 @@ from canopy_lit.types import Item, Tree
 
 log = logging.getLogger(__name__)
 
-Key = tuple[str, int, int]  # (item id, start, end) within one fingerprint
+Key = tuple[str, str, int, int]  # (item id, item digest, start, end) within one fingerprint
 
-SCHEMA = "2"  # 2: per-row checksum column ``sum``
+SCHEMA = "3"  # 2: per-row checksum column ``sum``; 3: item content digest and truncation flag per row
 _CORRUPT_CODES = {"SQLITE_CORRUPT", "SQLITE_NOTADB"}
 
 
@@ -51,16 +58,50 @@ def fingerprint_slug(fingerprint: str) -> str:
     return hashlib.sha256(fingerprint.encode()).hexdigest()[:20]
 
 
-def row_checksum(item: str, start: int, end: int, blob: bytes) -> bytes:
-    """8-byte BLAKE2b of a row's key and vector bytes: a vector stored under another key fails it too."""
+def row_checksum(item: str, digest: str, start: int, end: int, cut: bool, blob: bytes) -> bytes:
+    """8-byte BLAKE2b of a row's key, truncation flag and vector bytes: a vector stored under another key
+    fails it too."""
     h = hashlib.blake2b(digest_size=8)
-    h.update(f"{item}\0{start}\0{end}\0".encode())
+    h.update(f"{item}\0{digest}\0{start}\0{end}\0{int(cut)}\0".encode())
     h.update(blob)
     return h.digest()
 
 
+# (path, size, mtime_ns) -> content hash: a media file is read once per process, not once per lookup
+_media_hashes: dict[tuple[str, int, int], str] = {}
+
+
+def _media_hash(path: str) -> str:
+    """Content hash of an image or video file (size + first and last MiB); "" when it cannot be read."""
+    from canopy_lit.encoders.base import quick_file_hash
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ""  # the renderer reports the missing file when it needs the pixels
+    key = (path, st.st_size, st.st_mtime_ns)
+    if key not in _media_hashes:
+        _media_hashes[key] = quick_file_hash(Path(path))
+    return _media_hashes[key]
+
+
+def item_digest(item: Item) -> str:
+    """16 hex digits of BLAKE2b over what an item's nodes render from: its whole record (title, text,
+    sentences, table, caption ...) and, for an image or a video, the media file's content."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(json.dumps(item.to_dict(), sort_keys=True, ensure_ascii=False, default=str).encode())
+    media = item.image if item.image is not None else (item.video.path if item.video is not None else None)
+    if media is not None:
+        h.update(b"\0" + _media_hash(media).encode())
+    return h.hexdigest()
+
+
 class CorruptNodeCache(Exception):
     """A node-cache file that fails a check; the message names the file and the check."""
+
+
+class OutdatedNodeCache(CorruptNodeCache):
+    """A node-cache file of an older schema: intact, but keyed in a way this version cannot trust."""
 
 
 def _is_corruption(err: sqlite3.Error) -> bool:
@@ -105,8 +146,9 @@ class NodeEmbeddingCache:
         self.capacity = capacity
         self.batch_size = batch_size
         self.salt = salt
-        self._mem: OrderedDict[tuple[str, str, int, int], np.ndarray] = OrderedDict()
+        self._mem: OrderedDict[tuple[str, str, str, int, int], tuple[np.ndarray, bool]] = OrderedDict()
         self.hits = self.disk_hits = self.misses = 0
+        self._cut: set[Key] = set()  # served nodes whose input was truncated
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self._db: sqlite3.Connection | None = None
         self._db_fp: str | None = None
@@ -142,11 +184,16 @@ class NodeEmbeddingCache:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
-            db.execute(
-                "CREATE TABLE IF NOT EXISTS nodes (item TEXT, start INTEGER, end_ INTEGER, vec BLOB, sum BLOB,"
-                " PRIMARY KEY (item, start, end_)) WITHOUT ROWID"
-            )
             meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+            if "schema" in meta and meta["schema"].isdigit() and int(meta["schema"]) < int(SCHEMA):
+                raise OutdatedNodeCache(
+                    f"node cache {path}: schema {meta['schema']} of an older canopy-lit (its keys hold no item "
+                    f"content digest), this version reads schema {SCHEMA}"
+                )
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS nodes (item TEXT, digest TEXT, start INTEGER, end_ INTEGER, vec BLOB,"
+                " sum BLOB, cut INTEGER, PRIMARY KEY (item, digest, start, end_)) WITHOUT ROWID"
+            )
             if "fingerprint" not in meta:
                 with db:
                     db.executemany(
@@ -197,19 +244,22 @@ class NodeEmbeddingCache:
         if inode is not None and _inode(path) != inode:
             log.warning("node cache %s was already replaced by another process; reopening it", path)
             return
+        outdated = isinstance(reason, OutdatedNodeCache)
+        label = "outdated" if outdated else "corrupt"
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        target = path.with_name(f"{path.name}.corrupt-{stamp}")
+        target = path.with_name(f"{path.name}.{label}-{stamp}")
         n = 1
         while target.exists():
-            target = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+            target = path.with_name(f"{path.name}.{label}-{stamp}-{n}")
             n += 1
         for suffix in ("", "-wal", "-shm"):
             src = Path(f"{path}{suffix}")
             if src.exists():
                 os.replace(src, Path(f"{target}{suffix}"))
         log.warning(
-            "node cache %s is corrupt (%s): moved it aside to %s; its nodes will be re-encoded",
+            "node cache %s is %s (%s): moved it aside to %s (safe to delete); its nodes will be re-encoded",
             path,
+            label,
             reason,
             target,
         )
@@ -231,31 +281,45 @@ class NodeEmbeddingCache:
         return len(self._mem)
 
     def stats(self) -> dict[str, int]:
+        """Lookups by tier, entries in memory, and ``truncated``: distinct nodes served whose input was
+        longer than the encoder's ``max_seq_length`` (their vectors read only the first tokens)."""
         return {
             "hits": self.hits,
             "disk_hits": self.disk_hits,
             "misses": self.misses,
             "memory": len(self._mem),
+            "truncated": len(self._cut),
         }
 
+    def _note_cut(self, key: Key) -> None:
+        if key in self._cut:
+            return
+        if not self._cut:  # once per cache, i.e. per run: the count goes to the metrics
+            log.warning(
+                "the node of item %r over leaves [%d, %d) is longer than the encoder reads (max_seq_length=%s "
+                "tokens) and was cut; every such node is counted in the node cache's 'truncated' metric",
+                key[0], key[2], key[3], getattr(self.encoder, "max_seq_length", "?"),
+            )  # fmt: skip
+        self._cut.add(key)
+
     # ------------------------------------------------------------------ tiers
-    def _mem_get(self, fp: str, key: Key) -> np.ndarray | None:
+    def _mem_get(self, fp: str, key: Key) -> tuple[np.ndarray, bool] | None:
         k = (fp, *key)
         v = self._mem.get(k)
         if v is not None:
             self._mem.move_to_end(k)
         return v
 
-    def _mem_put(self, fp: str, key: Key, vec: np.ndarray) -> None:
+    def _mem_put(self, fp: str, key: Key, entry: tuple[np.ndarray, bool]) -> None:
         if self.capacity <= 0:
             return
         k = (fp, *key)
-        self._mem[k] = vec
+        self._mem[k] = entry
         self._mem.move_to_end(k)
         while len(self._mem) > self.capacity:
             self._mem.popitem(last=False)
 
-    def _disk_get(self, fp: str, keys: Sequence[Key]) -> dict[Key, np.ndarray]:
+    def _disk_get(self, fp: str, keys: Sequence[Key]) -> dict[Key, tuple[np.ndarray, bool]]:
         """Verified vectors of ``keys`` found on disk; a damaged store is moved aside and yields none."""
         if self.cache_dir is None or not keys:
             return {}
@@ -269,18 +333,18 @@ class NodeEmbeddingCache:
             self._recover(err)
         return {}
 
-    def _read(self, fp: str, keys: Sequence[Key]) -> dict[Key, np.ndarray]:
+    def _read(self, fp: str, keys: Sequence[Key]) -> dict[Key, tuple[np.ndarray, bool]]:
         db = self._conn(fp)
         assert db is not None
         nbytes = int(self.encoder.dim) * self.dtype.itemsize
-        out: dict[Key, np.ndarray] = {}
+        out: dict[Key, tuple[np.ndarray, bool]] = {}
         # Group by item: one indexed range query per item instead of one query per node.
-        wanted: dict[str, set[tuple[int, int]]] = {}
-        for item, s, e in keys:
-            wanted.setdefault(item, set()).add((s, e))
-        for item, ranges in wanted.items():
-            for s, e, blob, checksum in db.execute(
-                "SELECT start, end_, vec, sum FROM nodes WHERE item = ?", (item,)
+        wanted: dict[tuple[str, str], set[tuple[int, int]]] = {}
+        for item, digest, s, e in keys:
+            wanted.setdefault((item, digest), set()).add((s, e))
+        for (item, digest), ranges in wanted.items():
+            for s, e, blob, checksum, cut in db.execute(
+                "SELECT start, end_, vec, sum, cut FROM nodes WHERE item = ? AND digest = ?", (item, digest)
             ):
                 if (s, e) not in ranges:
                     continue
@@ -288,24 +352,24 @@ class NodeEmbeddingCache:
                 if not isinstance(blob, bytes) or len(blob) != nbytes:
                     size = len(blob) if isinstance(blob, bytes) else type(blob).__name__
                     raise CorruptNodeCache(f"{where}: vector of {size} bytes, expected {nbytes}")
-                if checksum != row_checksum(item, s, e, blob):
+                if checksum != row_checksum(item, digest, s, e, bool(cut), blob):
                     raise CorruptNodeCache(f"{where}: checksum mismatch")
-                out[(item, s, e)] = np.frombuffer(blob, dtype=self.dtype).astype(np.float32)
+                out[(item, digest, s, e)] = (np.frombuffer(blob, dtype=self.dtype).astype(np.float32), bool(cut))
         return out
 
-    def _disk_put(self, fp: str, entries: dict[Key, np.ndarray]) -> None:
+    def _disk_put(self, fp: str, entries: dict[Key, tuple[np.ndarray, bool]]) -> None:
         if self.cache_dir is None or not entries:
             return
         rows = []
-        for (i, s, e), v in entries.items():
+        for (i, d, s, e), (v, cut) in entries.items():
             blob = v.astype(self.dtype).tobytes()
-            rows.append((i, s, e, blob, row_checksum(i, s, e, blob)))
+            rows.append((i, d, s, e, blob, row_checksum(i, d, s, e, cut, blob), int(cut)))
         for attempt in (0, 1):
             db = self._conn(fp)
             assert db is not None
             try:
                 with db:
-                    db.executemany("INSERT OR REPLACE INTO nodes VALUES (?, ?, ?, ?, ?)", rows)
+                    db.executemany("INSERT OR REPLACE INTO nodes VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
                 return
             except sqlite3.DatabaseError as err:
                 if attempt or not _is_corruption(err):
@@ -335,10 +399,13 @@ class NodeEmbeddingCache:
         fp = self.fingerprint
         ids_per_tree = [range(len(t)) if nodes is None else nodes[j] for j, t in enumerate(trees)]
         keys_per_tree: list[list[Key]] = []
-        found: dict[Key, np.ndarray] = {}
+        found: dict[Key, tuple[np.ndarray, bool]] = {}
         need_disk: list[Key] = []
+        digests: dict[int, str] = {}  # id(item) -> content digest, once per item per call
         for t, ids in zip(trees, ids_per_tree, strict=True):
-            keys = [(t.item.id, int(t.starts[i]), int(t.ends[i])) for i in ids]
+            if id(t.item) not in digests:
+                digests[id(t.item)] = item_digest(t.item)
+            keys = [(t.item.id, digests[id(t.item)], int(t.starts[i]), int(t.ends[i])) for i in ids]
             keys_per_tree.append(keys)
             for key in keys:
                 if key in found:
@@ -374,14 +441,19 @@ class NodeEmbeddingCache:
                     f"expected dim {self.encoder.dim}"
                 )
             emb = emb.astype(self.dtype).astype(np.float32)
-            new = dict(zip(misses, emb, strict=True))
+            truncated = getattr(self.encoder, "truncated", None)  # encoders that cannot tell: never cut
+            cuts = truncated(inputs) if truncated is not None else [False] * len(misses)
+            new = {key: (v, bool(c)) for key, v, c in zip(misses, emb, cuts, strict=True)}
             self._disk_put(fp, new)
-            for key, v in new.items():
-                found[key] = v
-                self._mem_put(fp, key, v)
+            for key, entry in new.items():
+                found[key] = entry
+                self._mem_put(fp, key, entry)
+        for key, (_, cut) in found.items():
+            if cut:
+                self._note_cut(key)
         dim = self.encoder.dim
         return [
-            np.stack([found[k] for k in keys]) if keys else np.zeros((0, dim), np.float32)
+            np.stack([found[k][0] for k in keys]) if keys else np.zeros((0, dim), np.float32)
             for keys in keys_per_tree
         ]
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from canopy_lit.assets import default_cache_dir
+from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.retrieval.base import (  # noqa: F401  (re-exported: the stage interface)
     BatchRetriever,
     Retrieval,
@@ -135,7 +136,8 @@ def build_retriever(
         names, cache / f"corpus-{_slug(names, benchmark_options)}.jsonl", options=benchmark_options
     )
     digest = corpus.digest()
-    fp = f0_fingerprint(encoder)
+    # encode_corpus renders items with the default hierarchy: its renderer is part of what the vectors are
+    fp = f0_fingerprint(encoder) + f"|{Hierarchy().fingerprint}"
     emb_dir = cache / f"emb-{_slug(fp, digest)}"
     rep = encode_corpus(corpus, encoder, emb_dir, batch_size=batch_size, shard_size=shard_size, trainer_kwargs=trainer_kwargs)
     if rep.encoded:

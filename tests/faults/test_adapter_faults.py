@@ -86,3 +86,61 @@ def test_truncated_adapter_weights_name_the_file(adapter: Path) -> None:
         enc.load_adapter(adapter)
     assert str(err.value).startswith(f"{weights}: cannot read the adapter weights (truncated or corrupt file")
     assert "copy or re-save the adapter" in str(err.value)
+
+
+def _set_config(adapter: Path, **values: object) -> None:
+    cfg = json.loads((adapter / "adapter_config.json").read_text())
+    cfg.update(values)
+    (adapter / "adapter_config.json").write_text(json.dumps(cfg))
+
+
+def test_lora_rank_other_than_the_config_is_one_clear_error(adapter: Path) -> None:
+    # the weights of a rank-2 adapter next to the adapter_config.json of a rank-8 one
+    _set_config(adapter, r=8)
+    enc = TextEncoder("minilm")
+    with pytest.raises(ValueError) as err:
+        enc.load_adapter(adapter)
+    msg = str(err.value)
+    assert "\n" not in msg and len(msg) < 400
+    assert msg.startswith(f"{adapter}: adapter_config.json declares LoRA rank r=8, but adapter_model.safetensors "
+                          "holds rank 2 (24 of 24 LoRA weights, e.g. base_model.model.encoder.layer.0.")  # fmt: skip
+    assert "the config and the weights come from different adapters" in msg
+    assert not enc.has_adapter
+
+
+def test_a_rank_pattern_in_the_config_is_honoured(adapter: Path) -> None:
+    _set_config(adapter, r=8, rank_pattern={"query": 2, "value": 2})  # every LoRA layer is rank 2
+    enc = TextEncoder("minilm")
+    enc.load_adapter(adapter)
+    assert enc.has_adapter
+
+
+def _trained_adapter(folder: Path, seed: int) -> Path:
+    """A rank-2 MiniLM adapter whose lora_B weights are moved off their zero init (as after training)."""
+    torch.manual_seed(seed)
+    enc = TextEncoder("minilm")
+    enc.add_adapter(r=2)
+    with torch.no_grad():
+        for name, p in enc.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    return enc.save_adapter(folder)
+
+
+def test_run_json_hashes_the_adapter_weights_loaded(tmp_path: Path, caplog) -> None:
+    # Same-shape weights of another adapter copied over an adapter's own: run.json must not keep its old hash.
+    from canopy_lit.encoders import load_encoder
+    from canopy_lit.eval.records import read_run_axes, write_run_axes
+
+    mine, other = _trained_adapter(tmp_path / "mine", 0), _trained_adapter(tmp_path / "other", 1)
+    recorded = json.loads((mine / FINGERPRINT_FILE).read_text())["adapter_hash"]
+    shutil.copy(other / "adapter_model.safetensors", mine / "adapter_model.safetensors")
+    cfg = {"mode": "qa", "encoder": {"backbone": "minilm", "adapter": str(mine), "adapter_scale": 1.0}, "refine": {}}
+    write_run_axes(tmp_path / "run", cfg)
+    axes = read_run_axes(tmp_path / "run")
+    assert axes is not None
+    with caplog.at_level("WARNING"):
+        loaded = load_encoder("minilm", adapter=mine)
+    assert axes["adapter_hash"] == loaded.adapter_hash() == load_encoder("minilm", adapter=other).adapter_hash()
+    assert axes["adapter_hash"] != recorded
+    assert f"{mine}: the adapter weights are not the ones {FINGERPRINT_FILE} recorded (adapter_hash {recorded}" in caplog.text

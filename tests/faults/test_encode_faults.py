@@ -118,3 +118,49 @@ def test_python_defaults_live_under_canopy_lit_home(tmp_path: Path, monkeypatch)
     monkeypatch.setenv("CANOPY_LIT_HOME", str(tmp_path))
     assert default_cache_dir("retrieval") == tmp_path / "retrieval"
     assert inspect.signature(build_retriever).parameters["cache_dir"].default is None
+
+
+
+def _describe_frame(frame) -> str:
+    """A hand-made image describer: any describer changes how image items render."""
+    return f"labels: {frame.path}"
+
+
+@pytest.fixture
+def small_corpus(corpus_path: Path, tmp_path: Path):
+    from canopy_lit.retrieval.corpus import CorpusStore
+
+    return CorpusStore.write(list(CorpusStore(corpus_path))[:12], tmp_path / "corpus.jsonl")
+
+
+ENCODE_KW = {"batch_size": 4, "trainer_kwargs": {"accelerator": "cpu", "devices": 1}, "progress": False}
+
+
+def test_stored_embeddings_of_another_renderer_are_refused(small_corpus, tmp_path: Path) -> None:
+    from canopy_lit.encoders import load_encoder
+    from canopy_lit.hierarchy import Hierarchy, ImageTreeBuilder
+
+    encoder, out = load_encoder("minilm", max_seq_length=32), tmp_path / "emb"
+    assert encode_corpus(small_corpus, encoder, out, **ENCODE_KW).encoded == len(small_corpus)
+    described = Hierarchy(2, builders=[ImageTreeBuilder(describer=_describe_frame)])
+    with pytest.raises(ValueError) as err:  # same encoder and corpus, items rendered another way
+        encode_corpus(small_corpus, encoder, out, hierarchy=described, **ENCODE_KW)
+    msg = str(err.value)
+    assert msg.startswith(f"{out / 'meta.json'}: the embeddings there come from another setup (render: ")
+    assert f"{described.fingerprint!r} now" in msg and "encode into a fresh folder" in msg
+    assert encode_corpus(small_corpus, encoder, out, **ENCODE_KW).encoded == 0  # their own renderer: reused
+
+
+def test_items_cut_at_max_seq_length_are_counted_and_logged(small_corpus, tmp_path: Path, caplog) -> None:
+    from canopy_lit.encoders import load_encoder
+    from canopy_lit.retrieval.corpus import render_item
+
+    encoder = load_encoder("minilm", max_seq_length=80)  # a third of these HotpotQA paragraphs are longer
+    lengths = [len(ids) for ids in encoder.tokenizer([render_item(it).text for it in small_corpus])["input_ids"]]
+    longer = sum(n > 80 for n in lengths)
+    assert 0 < longer < len(small_corpus)
+    with caplog.at_level("WARNING"):
+        rep = encode_corpus(small_corpus, encoder, tmp_path / "emb", **ENCODE_KW)
+    assert (rep.encoded, rep.truncated) == (len(small_corpus), longer)
+    warning = f"{longer} of the {len(small_corpus)} items to encode are longer than the encoder reads (max_seq_length=80"
+    assert [r for r in caplog.records if r.getMessage().startswith(warning)]

@@ -127,10 +127,10 @@ def test_wrong_dim_vectors_with_valid_checksums(encoder, trees, reference, tmp_p
     path = warm_store(encoder, trees, tmp_path)
     short = np.ones(25, np.float32).tobytes()  # e.g. vectors of another encoder copied into the file
     with sqlite3.connect(path) as db:
-        keys = db.execute("SELECT item, start, end_ FROM nodes").fetchall()
+        keys = db.execute("SELECT item, digest, start, end_, cut FROM nodes").fetchall()
         db.executemany(
-            "UPDATE nodes SET vec = ?, sum = ? WHERE item = ? AND start = ? AND end_ = ?",
-            [(short, row_checksum(i, s, e, short), i, s, e) for i, s, e in keys],
+            "UPDATE nodes SET vec = ?, sum = ? WHERE item = ? AND digest = ? AND start = ? AND end_ = ?",
+            [(short, row_checksum(i, d, s, e, c, short), i, d, s, e) for i, d, s, e, c in keys],
         )
     db.close()
     with caplog.at_level(logging.WARNING):
@@ -147,3 +147,52 @@ def test_other_sqlite_errors_name_the_file(encoder, trees, tmp_path) -> None:
         cache.embed_trees(trees[:1])
     assert path.is_dir() and not list(tmp_path.glob("*.corrupt-*"))
     os.rmdir(path)
+
+
+def test_an_item_id_reused_for_other_text_is_encoded_again(encoder, trees, tmp_path) -> None:
+    # A benchmark file edited (or another version of it) keeps an item's id but not its sentences: the
+    # vectors of the old text must not be served for the new one, from memory or from disk.
+    from dataclasses import replace
+
+    h = Hierarchy(2)
+    old_tree, donor = trees[0], trees[1]
+    edited = replace(old_tree.item, sentences=list(donor.item.sentences), text=None)
+    new_tree = h.build(edited)
+    assert new_tree.item.id == old_tree.item.id and edited.text != old_tree.item.text
+    fresh = encoder.encode_nodes([h.node_input(new_tree, i) for i in range(len(new_tree))]).numpy()
+
+    warm = NodeEmbeddingCache(encoder, h, cache_dir=tmp_path)
+    warm.embed_tree(old_tree)
+    served = warm.embed_tree(new_tree)  # same cache object: the memory tier
+    assert warm.stats()["misses"] == len(old_tree) + len(new_tree)
+    np.testing.assert_allclose(served, fresh, atol=1e-5)
+    warm.close()
+
+    NodeEmbeddingCache(encoder, h, cache_dir=tmp_path / "disk").embed_tree(old_tree)
+    cold = NodeEmbeddingCache(encoder, h, cache_dir=tmp_path / "disk")  # a new run: the disk tier
+    np.testing.assert_allclose(cold.embed_tree(new_tree), fresh, atol=1e-5)
+    assert cold.stats()["misses"] == len(new_tree) and cold.stats()["disk_hits"] == 0
+    again = NodeEmbeddingCache(encoder, h, cache_dir=tmp_path / "disk")  # both versions stay cached
+    again.embed_trees([old_tree, new_tree])
+    assert again.stats()["misses"] == 0
+
+
+def test_a_store_of_the_older_schema_is_moved_aside_not_read(encoder, trees, tmp_path, caplog) -> None:
+    # Schema 2 keyed rows by (item id, leaf range) only: its vectors may belong to other text.
+    cache = NodeEmbeddingCache(encoder, Hierarchy(2), cache_dir=tmp_path)
+    path = cache.path_for(cache.fingerprint)
+    assert path is not None
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+        db.executemany("INSERT INTO meta VALUES (?, ?)",
+                       [("fingerprint", cache.fingerprint), ("dim", "384"), ("schema", "2")])  # fmt: skip
+        db.execute("CREATE TABLE nodes (item TEXT, start INTEGER, end_ INTEGER, vec BLOB, sum BLOB,"
+                   " PRIMARY KEY (item, start, end_)) WITHOUT ROWID")  # fmt: skip
+    db.close()
+    with caplog.at_level(logging.WARNING):
+        cache.embed_trees(trees)
+    assert cache.stats()["misses"] == sum(len(t) for t in trees)
+    assert len(list(tmp_path.glob(f"{path.name}.outdated-*"))) == 1
+    assert any(str(path) in r.getMessage() and "schema 2 of an older canopy-lit" in r.getMessage()
+               for r in caplog.records)  # fmt: skip
+    cache.close()

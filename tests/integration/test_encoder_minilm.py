@@ -108,7 +108,7 @@ def test_bad_adapter_folder_is_named(tmp_path) -> None:
 def test_token_budget_batches_bound_padded_tokens_and_keep_embeddings() -> None:
     enc = load_encoder("minilm")
     texts = ["short", "a somewhat longer sentence about the Eiffel Tower in Paris, France.", "mid length text"] * 7
-    texts += [" ".join(["word"] * 300)]  # truncated to max_seq_length
+    texts += [" ".join(["word"] * 600)]  # truncated to max_seq_length (512)
     reference = enc.encode_nodes(texts)
     enc.max_batch_tokens = 64
     lengths = sorted(enc.token_lengths(texts), reverse=True)

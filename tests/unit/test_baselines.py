@@ -175,7 +175,7 @@ def test_default_encoder_length_leaves_no_forced_parent_child_ties_on_ottqa_gold
 
 def test_library_load_adopts_the_adapters_trained_length(tmp_path) -> None:
     """An adapter trained at the configured 512 loads with a bare ``load_encoder("minilm", adapter=DIR)``
-    (the package's own default is 256, and the length is part of the fingerprint the adapter must match)."""
+    (the length is part of the fingerprint the adapter must match, so another one is refused)."""
     from canopy_lit.encoders import load_encoder
 
     enc = load_encoder("minilm", max_seq_length=512)

@@ -132,7 +132,7 @@ def test_lru_eviction_without_disk() -> None:
     small.embed_tree(Hierarchy(2).build(Item(id="fixture:one", modality="text", sentences=["A.", "B."])))
     kept = list(small._mem)
     small._mem_get(small.fingerprint, kept[0][1:])  # use the older entry
-    small._mem_put(small.fingerprint, ("other", 0, 1), np.zeros(16, np.float32))
+    small._mem_put(small.fingerprint, ("other", "digest", 0, 1), (np.zeros(16, np.float32), False))
     assert kept[0] in small._mem and kept[1] not in small._mem
 
 
@@ -244,3 +244,20 @@ def test_scorer_without_cache_encodes_the_same_inputs_as_the_cache() -> None:
     plain = NodeScorer(FrameAwareFakeEncoder(), h)
     np.testing.assert_allclose(plain.embed_tree(tree), cached.embed_tree(tree), atol=1e-7)
     np.testing.assert_allclose(plain.embed_trees([tree], [[0, 1]])[0], cached.embed_trees([tree], [[0, 1]])[0], atol=1e-7)
+
+
+def test_an_image_file_replaced_under_the_same_path_is_encoded_again(tmp_path) -> None:
+    # Bundled photos copied to a hand-made item: the path and the record stay, the pixels change.
+    import shutil
+
+    photo = tmp_path / "photo.png"
+    shutil.copy(ROOT / "data/media/images/astronaut.png", photo)
+    item = Item(id="fixture:photo", modality="image", title="Photo", image=str(photo))
+    enc = FakeCountingEncoder()
+    h = Hierarchy(2)
+    NodeEmbeddingCache(enc, h, cache_dir=tmp_path / "nodes").embed_tree(h.build(item))
+    NodeEmbeddingCache(enc, h, cache_dir=tmp_path / "nodes").embed_tree(h.build(item))
+    assert enc.n_encoded == 1  # the second run read the node from disk
+    shutil.copy(ROOT / "data/media/images/coffee.png", photo)
+    NodeEmbeddingCache(enc, h, cache_dir=tmp_path / "nodes").embed_tree(h.build(item))
+    assert enc.n_encoded == 2
