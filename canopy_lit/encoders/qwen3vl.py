@@ -22,6 +22,11 @@ from canopy_lit.types import Frame, NodeInput
 DEFAULT_INSTRUCTION = "Represent the user's input."
 # Full-name regex (peft `re.fullmatch`): attention projections of the language model, never `visual.*`.
 LANGUAGE_LORA_TARGETS = r".*language_model.*\.(q_proj|v_proj)"
+# Processor outputs with one row per vision patch, not per input: (patch tensor, grid tensor, pad-token id name).
+PATCH_INPUTS = (
+    ("pixel_values", "image_grid_thw", "image_token_id"),
+    ("pixel_values_videos", "video_grid_thw", "video_token_id"),
+)
 
 
 def thin_frames(frames: Sequence[Frame], cap: int | None) -> list[Frame]:
@@ -125,6 +130,9 @@ class Qwen3VLEncoder(NodeEncoder):
         self._role = "node"
         cfg = self.model.config
         self.dim = int(getattr(cfg, "text_config", cfg).hidden_size)
+        # What select_inputs needs to find each input's patches: pad-token ids and the patch merge.
+        self.patch_token_ids = {grid: getattr(cfg, name, None) for _, grid, name in PATCH_INPUTS}
+        self.spatial_merge_size = int(getattr(getattr(cfg, "vision_config", None), "spatial_merge_size", 2))
         self.batch_size = batch_size
         self._backbone_hash = backbone_hash(
             local if local.is_dir() else None, f"{self.name}|{max_seq_length}"
@@ -210,6 +218,55 @@ class Qwen3VLEncoder(NodeEncoder):
                 prompts, padding=True, truncation=True, max_length=self.max_seq_length, return_tensors="pt"
             )
         return dict(enc)
+
+    def patch_owners(self, batch: dict[str, torch.Tensor], grid_key: str) -> list[list[int]]:
+        """Per input row, the indices of its images (rows of ``batch[grid_key]``), in order.
+
+        The processor lays images out input by input, and an image of grid (t, h, w) expands to
+        t*h*w / merge**2 pad tokens in its input's ``input_ids``, so counting pad tokens assigns them.
+        """
+        token_id = self.patch_token_ids.get(grid_key)
+        if token_id is None:
+            raise ValueError(f"{self.name}: the model config names no pad token for {grid_key!r}")
+        tokens_per_grid = (batch[grid_key].prod(1) // self.spatial_merge_size**2).tolist()
+        owners: list[list[int]] = []
+        g = 0
+        for count in (batch["input_ids"] == token_id).sum(1).tolist():
+            mine = []
+            while count > 0 and g < len(tokens_per_grid):
+                mine.append(g)
+                count -= tokens_per_grid[g]
+                g += 1
+            if count != 0:
+                break
+            owners.append(mine)
+        if len(owners) != len(batch["input_ids"]) or g != len(tokens_per_grid):
+            raise ValueError(
+                f"{self.name}: {grid_key} does not match the pad tokens of input_ids "
+                f"(spatial_merge_size {self.spatial_merge_size}): cannot split the batch by input"
+            )
+        return owners
+
+    def select_inputs(self, batch: dict[str, torch.Tensor], rows: Sequence[int]) -> dict[str, torch.Tensor]:
+        """Inputs ``rows`` of a tokenised batch, with their own images' grids and pixel patches."""
+        rows = list(rows)
+        patch_keys = {k for trio in PATCH_INPUTS for k in trio[:2]}
+        out = {k: v[rows] for k, v in batch.items() if k not in patch_keys}
+        for pixel_key, grid_key, _ in PATCH_INPUTS:
+            if grid_key not in batch:
+                continue
+            grids = batch[grid_key]
+            owners = self.patch_owners(batch, grid_key)
+            picked = [g for r in rows for g in owners[r]]
+            if not picked:
+                continue  # text-only rows: the model takes its text path
+            patches = grids.prod(1)  # pixel rows per image
+            ends, sizes = patches.cumsum(0).tolist(), patches.tolist()
+            pixels = batch[pixel_key]
+            index = torch.cat([torch.arange(ends[g] - sizes[g], ends[g]) for g in picked])
+            out[grid_key] = grids[picked]
+            out[pixel_key] = pixels[index.to(pixels.device)]
+        return out
 
     def embed(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """(B, D) normalised last-token hidden states."""

@@ -106,7 +106,7 @@ class NodeEncoderModule(L.LightningModule):
         self.f0_results: dict[str, float] = {}
         self.test_results: dict[str, float] = {}
         self._benchmarks = list(benchmarks) if benchmarks else None
-        self._eval_cache: dict[str, dict[str, torch.Tensor]] = {}
+        self._eval_cache: dict[str, dict[Any, torch.Tensor]] = {}
 
     # ----------------------------------------------------------------- setup
     def assert_only_lora_trainable(self) -> None:
@@ -177,29 +177,33 @@ class NodeEncoderModule(L.LightningModule):
                 self._query_cache[texts[i]] = e.detach()
         return torch.stack([self._query_cache[t] for t in texts]).to(self.device)
 
-    def node_embeddings(self, batch: dict[str, Any], f0: bool = False, cache: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
-        """(U, D) embeddings of the batch's distinct node texts (fθ, or f0 when ``f0``).
+    def node_embeddings(self, batch: dict[str, Any], f0: bool = False, cache: dict[Any, torch.Tensor] | None = None) -> torch.Tensor:
+        """(U, D) embeddings of the batch's distinct node inputs (fθ, or f0 when ``f0``).
 
-        ``cache`` (eval only: weights are fixed within an eval epoch) maps text -> embedding, so a
-        node that is v in one instance and a child in another is encoded once per epoch.
+        ``cache`` (eval only: weights are fixed within an eval epoch) maps a node's key -> embedding,
+        so a node that is v in one instance and a child in another is encoded once per epoch. Keys are
+        the collate's ``node_keys`` (text and frames) when a node has frames, since visual nodes may
+        share a text (untitled video clips all render as ``[00:00-00:30]`` ...), else the texts.
         """
-        texts = batch["node_texts"]
+        keys = batch.get("node_keys") or batch["node_texts"]
         chunk = self.hparams.chunk_size
         ctx = self.encoder.adapter_disabled() if f0 else contextlib.nullcontext()
         if cache is None:
             with ctx:
                 return self.encoder.embed_sorted(batch["node_tokens"], chunk).float()
-        missing = [i for i, t in enumerate(texts) if t not in cache]
+        missing = [i for i, k in enumerate(keys) if k not in cache]
         if missing:
-            tokens = {k: v[missing] for k, v in batch["node_tokens"].items()}
+            tokens = batch["node_tokens"]
+            if len(missing) < len(keys):
+                tokens = self.encoder.select_inputs(tokens, missing)
             with ctx:
                 emb = self.encoder.embed_sorted(tokens, chunk).float()
             for i, e in zip(missing, emb, strict=True):
-                cache[texts[i]] = e
-        return torch.stack([cache[t] for t in texts])
+                cache[keys[i]] = e
+        return torch.stack([cache[k] for k in keys])
 
     def pair_scores(
-        self, batch: dict[str, Any], f0: bool = False, cache: dict[str, torch.Tensor] | None = None
+        self, batch: dict[str, Any], f0: bool = False, cache: dict[Any, torch.Tensor] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(N, P) winner and loser scores s(q, v) = cos(f0(q), fθ(v)) (f0 for nodes too when ``f0``)."""
         q = self.query_embeddings(batch)[batch["query_index"]]  # (N, D)
