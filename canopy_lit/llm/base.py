@@ -7,14 +7,17 @@ text-only models receive instead of the pixels (``render_text_only``).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
+import logging
 import math
 import re
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict, runtime_checkable
@@ -29,13 +32,41 @@ class LLMError(RuntimeError):
     """A backend call failed for good (after retries), with the backend and cause in the message."""
 
 
+class PromptTooLongError(ValueError):
+    """A prompt that does not fit the backend's context.
+
+    The caller's error, not the backend's: it fails its own question and never counts toward the
+    run's backend-failure streak (``max_consecutive_failures``), since the backend is healthy.
+    """
+
+
+# What servers say when a prompt exceeds the context: llama.cpp (``exceed_context_size_error``),
+# vLLM offline and served, OpenAI (``context_length_exceeded``).
+_PROMPT_TOO_LONG = re.compile(
+    r"(?i)exceed_context_size|exceeds the available context size|maximum context length"
+    r"|context_length_exceeded|longer than the maximum model length"
+)
+
+
+def is_prompt_too_long(message: str) -> bool:
+    """True when a server's error text says the prompt did not fit its context."""
+    return bool(_PROMPT_TOO_LONG.search(message))
+
+
 # --------------------------------------------------------------------------- secrets
 
 _SECRETS: set[str] = set()
-# Credentials that look like credentials: "Bearer <token>", OpenAI-style "sk-..." keys, "api_key=...".
+# Credentials that look like credentials: "Bearer <token>", OpenAI-style "sk-..." keys, "api_key=...",
+# the value of an Authorization header (any scheme).
 _SECRET_PATTERNS = re.compile(
-    r"(?i)(bearer\s+|api[_-]?key[\"']?\s*[:=]\s*[\"']?)[^\s\"',;&]+|\bsk-[A-Za-z0-9_\-]{8,}"
+    r"(?i)(bearer\s+|api[_-]?key[\"']?\s*[:=]\s*[\"']?"
+    r"|authorization[\"']?\s*[:=]\s*[\"']?(?:(?:basic|bearer|digest|token)\s+)?)[^\s\"',;&]+"
+    r"|\bsk-[A-Za-z0-9_\-]{8,}"
 )
+# The userinfo of a URL (``scheme://user:password@host``), which HTTP clients send as Basic auth.
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/?#@\"'<>]+@")
+# A Basic credential on its own (a server echoing the header): redacted when it decodes to user:password.
+_BASIC_TOKEN = re.compile(r"(?i)\b(basic\s+)([A-Za-z0-9+/]{6,}={0,2})")
 
 
 def register_secret(value: str | None) -> None:
@@ -44,15 +75,66 @@ def register_secret(value: str | None) -> None:
         _SECRETS.add(value)
 
 
+def register_url_credentials(url: str) -> None:
+    """Register the password of ``url``'s userinfo (or a bare token in its place) and the Basic credential
+    an HTTP client makes of them, so that ``redact`` hides them in any form a server echoes."""
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return
+    user, password = parts.username or "", parts.password or ""
+    for value in (password, unquote(password)) if password else (user, unquote(user)):
+        register_secret(value)
+    register_secret(base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode())
+
+
+def _redact_basic(m: re.Match[str]) -> str:
+    try:
+        decoded = base64.b64decode(m.group(2), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return m.group(0)
+    return f"{m.group(1)}***" if ":" in decoded else m.group(0)
+
+
 def redact(text: str) -> str:
     """``text`` with registered secrets and credential-like tokens replaced by ``***``.
 
     Applied to every error text that is stored (predictions.jsonl) or logged (evaluate.log),
-    since servers may echo the request's key back in an error body.
+    since servers may echo the request's key back in an error body. A URL's userinfo becomes
+    ``***@`` and an Authorization header's value ``***``.
     """
     for secret in sorted(_SECRETS, key=len, reverse=True):
         text = text.replace(secret, "***")
+    text = _URL_USERINFO.sub(lambda m: m.group(1) + "***@", text)
+    text = _BASIC_TOKEN.sub(_redact_basic, text)
     return _SECRET_PATTERNS.sub(lambda m: (m.group(1) or "") + "***", text)
+
+
+# Loggers of the HTTP stacks under the backends: they log request URLs (userinfo included) at INFO.
+_HTTP_LOGGERS = frozenset({"httpx", "httpx2", "httpcore", "openai", "urllib3"})
+_log_factory_lock = threading.Lock()
+
+
+def redact_http_logs() -> None:
+    """Redact (``redact``) every log record of the HTTP client libraries from now on, before any
+    handler (console, evaluate.log) sees it. Idempotent."""
+    with _log_factory_lock:
+        inner = logging.getLogRecordFactory()
+        if getattr(inner, "redacts_http", False):
+            return
+
+        def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+            record = inner(*args, **kwargs)
+            if record.name.split(".", 1)[0] in _HTTP_LOGGERS:
+                message = record.getMessage()
+                clean = redact(message)
+                if clean != message:
+                    record.msg, record.args = clean, None
+            return record
+
+        factory.redacts_http = True  # type: ignore[attr-defined]
+        logging.setLogRecordFactory(factory)
 
 
 # --------------------------------------------------------------------------- messages
@@ -286,7 +368,11 @@ def generation_options(
 
 @runtime_checkable
 class LLM(Protocol):
-    """What every stage needs from a language model."""
+    """What every stage needs from a language model.
+
+    A backend may also say how many tokens one conversation holds (prompt + reply) as
+    ``context_length`` (None or absent = unknown); the roles fit every prompt into it.
+    """
 
     name: str
     log: CallLog
@@ -296,7 +382,9 @@ class LLM(Protocol):
         self, messages: Sequence[Message], *, role: str = "reader", **options: Unpack[GenerationOptions]
     ) -> LLMResponse: ...
 
-    def chat_batch(self, batch: Sequence[Sequence[Message]], **kwargs: Any) -> list[LLMResponse]: ...
+    def chat_batch(
+        self, batch: Sequence[Sequence[Message]], *, return_exceptions: bool = False, **kwargs: Any
+    ) -> list[Any]: ...
 
     def count_tokens(self, text: str) -> int: ...
 
@@ -307,9 +395,13 @@ class BaseLLM(ABC):
     Args:
         multimodal: the model accepts image parts; otherwise they are rendered as text descriptions.
         calibration: model-specific numbers fit offline (e.g. ``critic_yes_threshold``), kept with the config.
+
+    Attributes:
+        context_length: tokens one conversation may hold, prompt and reply (None = unknown).
     """
 
     name: str = "llm"
+    context_length: int | None = None
 
     def __init__(self, *, multimodal: bool = False, calibration: dict[str, float] | None = None) -> None:
         self.multimodal = multimodal
@@ -339,9 +431,16 @@ class BaseLLM(ABC):
             raise
         return self._record(resp, role, time.perf_counter() - t0)
 
-    def chat_batch(self, batch: Sequence[Sequence[Message]], **kwargs: Any) -> list[LLMResponse]:
-        """Many independent conversations; backends with real batching override this."""
-        return [self.chat(m, **kwargs) for m in batch]
+    def chat_batch(
+        self, batch: Sequence[Sequence[Message]], *, return_exceptions: bool = False, **kwargs: Any
+    ) -> list[Any]:
+        """Many independent conversations, replies in order; backends with real batching override this.
+
+        Args:
+            return_exceptions: a failed conversation's exception takes its place in the list (as in
+                ``asyncio.gather``), so one bad prompt fails only itself; False raises the first one.
+        """
+        return chat_each(self.chat, batch, return_exceptions=return_exceptions, **kwargs)
 
     def _record(self, resp: LLMResponse, role: str, seconds: float) -> LLMResponse:
         """Account one successful call in ``log``; ``resp`` gets its wall time and role."""
@@ -362,6 +461,26 @@ class BaseLLM(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the model/connection (optional)."""
+
+
+def chat_each(
+    chat: Callable[..., LLMResponse],
+    batch: Sequence[Sequence[Message]],
+    *,
+    return_exceptions: bool = False,
+    **kwargs: Any,
+) -> list[Any]:
+    """``chat`` on each conversation in turn; with ``return_exceptions`` a failed one's exception takes
+    its place in the list, else the first failure is raised."""
+    out: list[Any] = []
+    for messages in batch:
+        try:
+            out.append(chat(messages, **kwargs))
+        except Exception as err:
+            if not return_exceptions:
+                raise
+            out.append(err)
+    return out
 
 
 # --------------------------------------------------------------------------- OpenAI wire format
@@ -396,12 +515,18 @@ def openai_request(
 def parse_openai_response(body: dict[str, Any], *, source: str) -> LLMResponse:
     """OpenAI chat-completion JSON -> ``LLMResponse`` (top logprobs flattened to ``{token: logprob}``)."""
     if "error" in body and "choices" not in body:
-        raise LLMError(redact(f"{source}: server returned an error: {body['error']}"))
+        message = redact(f"{source}: server returned an error: {body['error']}")
+        raise PromptTooLongError(message) if is_prompt_too_long(message) else LLMError(message)
     try:
         choice = body["choices"][0]
-        text = choice["message"].get("content") or ""
-    except (KeyError, IndexError, TypeError) as e:
+        text = choice["message"].get("content")
+    except (KeyError, IndexError, TypeError, AttributeError) as e:
         raise LLMError(f"{source}: malformed chat completion (no choices[0].message): {redact(str(body))[:300]}") from e
+    if not isinstance(text, str):  # null (a refusal, a tool call, a broken server): no answer was generated
+        refusal = choice["message"].get("refusal")
+        detail = f"content {text!r}, finish_reason {choice.get('finish_reason')!r}"
+        detail += f", refusal {refusal!r}" if refusal else ""
+        raise LLMError(redact(f"{source}: chat completion without text ({detail})")[:400])
     tops: list[dict[str, float]] = []
     lp = choice.get("logprobs") or {}
     for tok in lp.get("content") or []:

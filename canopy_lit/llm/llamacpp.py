@@ -17,7 +17,17 @@ from typing import Any
 
 import httpx
 
-from canopy_lit.llm.base import BaseLLM, LLMError, LLMResponse, Message, openai_request, parse_openai_response
+from canopy_lit.llm.base import (
+    BaseLLM,
+    LLMError,
+    LLMResponse,
+    Message,
+    PromptTooLongError,
+    chat_each,
+    is_prompt_too_long,
+    openai_request,
+    parse_openai_response,
+)
 
 
 def free_cores() -> int:
@@ -103,6 +113,22 @@ class LlamaCppLLM(BaseLLM):
         self.base_url = str(self._server.listening_address or "")
         self._http = httpx.Client(timeout=60.0) if self.base_url else None
         self._tok_lock = threading.Lock()
+        self.context_length = self._slot_context()
+
+    def _slot_context(self) -> int:
+        """Tokens one conversation may hold: a slot's context, as the server reports it (``/slots``).
+
+        The slots share ``n_ctx`` (each gets ``n_ctx / n_parallel``) unless llama.cpp unifies their
+        KV cache; asking the server covers both.
+        """
+        fallback = max(1, self.n_ctx // self.n_parallel)
+        if self._http is None:
+            return fallback
+        try:
+            slots = self._http.get(f"{self.base_url}/slots").json()
+            return min(int(slot["n_ctx"]) for slot in slots) or fallback
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):  # an older server without /slots
+            return fallback
 
     def _complete(self, messages: list[Message], **kw: Any) -> LLMResponse:
         req = openai_request(messages, **kw)
@@ -110,26 +136,36 @@ class LlamaCppLLM(BaseLLM):
         try:
             body = self._server.handle_chat_completions(req)
         except Exception as e:  # llama.cpp raises on e.g. prompts longer than n_ctx
-            raise LLMError(f"llamacpp ({self.model_path.name}): {e}") from e
+            message = f"llamacpp ({self.model_path.name}): {e}"
+            raise (PromptTooLongError(message) if is_prompt_too_long(message) else LLMError(message)) from e
         return parse_openai_response(body, source=f"llamacpp ({self.model_path.name})")
 
-    def chat_batch(self, batch: Sequence[Sequence[Message]], **kwargs: Any) -> list[LLMResponse]:
-        """Runs up to ``n_parallel`` conversations at once in llama.cpp's slots."""
+    def chat_batch(
+        self, batch: Sequence[Sequence[Message]], *, return_exceptions: bool = False, **kwargs: Any
+    ) -> list[Any]:
+        """Up to ``n_parallel`` conversations at once in llama.cpp's slots (as ``BaseLLM.chat_batch``)."""
         if self.n_parallel <= 1 or len(batch) <= 1:
-            return super().chat_batch(batch, **kwargs)
+            return super().chat_batch(batch, return_exceptions=return_exceptions, **kwargs)
         from concurrent.futures import ThreadPoolExecutor
 
+        def one(messages: Sequence[Message]) -> Any:
+            return chat_each(self.chat, [messages], return_exceptions=return_exceptions, **kwargs)[0]
+
         with ThreadPoolExecutor(self.n_parallel) as ex:
-            return list(ex.map(lambda m: self.chat(m, **kwargs), batch))
+            return list(ex.map(one, batch))
 
     def tokenize(self, text: str) -> list[int]:
         """Token ids by the model's own tokenizer (llama.cpp ``/tokenize``, no special tokens added)."""
         if self._http is None:
             raise LLMError("llamacpp: the in-process server did not expose a loopback address for /tokenize")
-        r = self._http.post(f"{self.base_url}/tokenize", json={"content": text, "add_special": False})
-        if r.status_code != 200:
-            raise LLMError(f"llamacpp: /tokenize failed ({r.status_code}): {r.text[:200]}")
-        return list(r.json()["tokens"])
+        url = f"{self.base_url}/tokenize"
+        r = self._http.post(url, json={"content": text, "add_special": False})
+        try:
+            if r.status_code == 200:
+                return list(r.json()["tokens"])
+        except (ValueError, KeyError, TypeError):
+            pass
+        raise LLMError(f"llamacpp: POST {url} gave no tokens (HTTP {r.status_code}): {r.text[:200]!r}")
 
     def count_tokens(self, text: str) -> int:
         if not text:

@@ -4,12 +4,14 @@ Built on the official ``openai`` client (optional extra ``openai``, imported whe
 made): it owns timeouts and retries (connection errors, timeouts, 408/409/429 and 5xx, exponential
 backoff with jitter). This module adds what the project needs on top: bounded async concurrency
 for batches, the per-call log, token counting, the API key read only from an environment variable
-(never from a config file) and redaction of that key from every error text.
+(never from a config file) and redaction of that key (and of credentials in ``base_url``) from every
+error text.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from collections.abc import Sequence
@@ -21,11 +23,15 @@ from canopy_lit.llm.base import (
     LLMError,
     LLMResponse,
     Message,
+    PromptTooLongError,
     generation_options,
+    is_prompt_too_long,
     openai_request,
     parse_openai_response,
     redact,
+    redact_http_logs,
     register_secret,
+    register_url_credentials,
 )
 
 if TYPE_CHECKING:
@@ -58,6 +64,9 @@ class OpenAILLM(BaseLLM):
         multimodal: send image parts as is (vision models); otherwise render them as descriptions.
         tokenizer: asset name / path of a GGUF or Hugging Face tokenizer for ``count_tokens``;
             ``None`` asks the server's ``/tokenize`` (vLLM and llama.cpp servers provide one).
+        context_length: the served model's context in tokens (vLLM ``--max-model-len``, llama.cpp
+            ``n_ctx`` per slot); prompts are fitted into it. ``None`` = unknown: a prompt the server
+            rejects as too long fails its own question (``PromptTooLongError``).
     """
 
     name = "openai"
@@ -73,12 +82,16 @@ class OpenAILLM(BaseLLM):
         max_concurrency: int = 8,
         multimodal: bool = False,
         tokenizer: str | None = None,
+        context_length: int | None = None,
         calibration: dict[str, float] | None = None,
     ) -> None:
         super().__init__(multimodal=multimodal, calibration=calibration)
         self._openai = _import_openai()
         self.model = model
         self.base_url = base_url.rstrip("/")
+        register_url_credentials(self.base_url)  # userinfo becomes a Basic header a server may echo
+        redact_http_logs()  # the HTTP client logs every request's URL
+        self.context_length = context_length
         self.timeout = timeout
         self.max_retries = max_retries
         self.max_concurrency = max_concurrency
@@ -96,9 +109,15 @@ class OpenAILLM(BaseLLM):
 
     # ---------------------------------------------------------------- errors
 
-    def _fail(self, url: str, err: BaseException) -> LLMError:
-        """One redacted ``LLMError`` naming the URL, the attempts made and the root cause."""
+    def _fail(self, url: str, err: BaseException) -> LLMError | PromptTooLongError:
+        """One redacted ``LLMError`` naming the URL, the attempts made and the root cause; a prompt
+        the server rejects as too long is the caller's ``PromptTooLongError`` instead."""
         openai = self._openai
+        if isinstance(err, json.JSONDecodeError):  # the client parses a 200's body without a word about it
+            return LLMError(redact(
+                f"openai backend: POST {url}: the server answered with a body that is not JSON "
+                f"({err.msg}): {err.doc[:200]!r}"
+            ))  # fmt: skip
         attempts = 1
         if isinstance(err, openai.APIStatusError | openai.APIConnectionError):
             request = err.response.request if isinstance(err, openai.APIStatusError) else err.request
@@ -110,11 +129,14 @@ class OpenAILLM(BaseLLM):
         else:
             cause = err.__cause__ if isinstance(err, openai.APIConnectionError) and err.__cause__ else err
             detail = f"{type(cause).__name__}: {cause}"
-        return LLMError(redact(f"openai backend: POST {url} failed after {attempts} attempt(s): {detail}"))
+        message = redact(f"openai backend: POST {url} failed after {attempts} attempt(s): {detail}")
+        if isinstance(err, openai.BadRequestError) and is_prompt_too_long(message):
+            return PromptTooLongError(message)
+        return LLMError(message)
 
     def _parse(self, completion: Any) -> LLMResponse:
         data = completion if isinstance(completion, dict) else completion.model_dump(exclude_none=True)
-        return parse_openai_response(data, source=f"openai backend ({self.base_url})")
+        return parse_openai_response(data, source=f"openai backend ({redact(self.base_url)})")
 
     # ---------------------------------------------------------------- sync
 
@@ -122,14 +144,20 @@ class OpenAILLM(BaseLLM):
         body = openai_request(messages, model=self.model, **kw)
         try:
             completion = self._client.chat.completions.create(**body, extra_headers=self._headers)
-        except self._openai.OpenAIError as e:
+        except (self._openai.OpenAIError, json.JSONDecodeError) as e:
             raise self._fail(f"{self.base_url}/chat/completions", e) from e
         return self._parse(completion)
 
     # ---------------------------------------------------------------- async batch
 
-    def chat_batch(self, batch: Sequence[Sequence[Message]], **kwargs: Any) -> list[LLMResponse]:
-        """All conversations concurrently, at most ``max_concurrency`` in flight; order preserved."""
+    def chat_batch(
+        self, batch: Sequence[Sequence[Message]], *, return_exceptions: bool = False, **kwargs: Any
+    ) -> list[Any]:
+        """All conversations concurrently, at most ``max_concurrency`` in flight; order preserved.
+
+        ``return_exceptions``: a failed conversation's error takes its place (else the first is raised).
+        """
+        kwargs["return_exceptions"] = return_exceptions
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -141,8 +169,13 @@ class OpenAILLM(BaseLLM):
             return ex.submit(asyncio.run, self.achat_batch(batch, **kwargs)).result()
 
     async def achat_batch(
-        self, batch: Sequence[Sequence[Message]], *, role: str = "reader", **options: Unpack[GenerationOptions]
-    ) -> list[LLMResponse]:
+        self,
+        batch: Sequence[Sequence[Message]],
+        *,
+        role: str = "reader",
+        return_exceptions: bool = False,
+        **options: Unpack[GenerationOptions],
+    ) -> list[Any]:
         sem = asyncio.Semaphore(self.max_concurrency)
         url = f"{self.base_url}/chat/completions"
         kw = generation_options(**options)
@@ -156,12 +189,23 @@ class OpenAILLM(BaseLLM):
                     t0 = time.perf_counter()
                     try:
                         completion = await client.chat.completions.create(**body, extra_headers=self._headers)
-                    except self._openai.OpenAIError as e:
+                    except (self._openai.OpenAIError, json.JSONDecodeError) as e:
                         self.log.add(role, 0, 0, time.perf_counter() - t0, ok=False)
                         raise self._fail(url, e) from e
-                    return self._record(self._parse(completion), role, time.perf_counter() - t0)
+                    try:
+                        resp = self._parse(completion)
+                    except (LLMError, PromptTooLongError):  # a failed call, as in ``chat``
+                        self.log.add(role, 0, 0, time.perf_counter() - t0, ok=False)
+                        raise
+                    return self._record(resp, role, time.perf_counter() - t0)
 
-            return list(await asyncio.gather(*(one(m) for m in batch)))
+            # every conversation runs to its end: one failure must not cost the others their replies
+            outs = await asyncio.gather(*(one(m) for m in batch), return_exceptions=True)
+        if not return_exceptions:
+            for out in outs:
+                if isinstance(out, BaseException):
+                    raise out
+        return list(outs)
 
     # ---------------------------------------------------------------- tokens
 
@@ -181,17 +225,17 @@ class OpenAILLM(BaseLLM):
                 "add_special": False}  # fmt: skip
         try:
             data = self._client.post(url, body=body, cast_to=object, options={"headers": self._headers})
-        except self._openai.OpenAIError as e:
+        except (self._openai.OpenAIError, json.JSONDecodeError) as e:
             raise self._fail(url, e) from e
         if isinstance(data, dict) and "count" in data:
             return int(data["count"])
         if isinstance(data, dict) and "tokens" in data:
             return len(data["tokens"])
-        raise LLMError(f"openai backend: {url} gave no token count; set `tokenizer:` in the llm config")
+        advice = "set `tokenizer:` in the llm config"
+        raise LLMError(redact(f"openai backend: {url} gave no token count; {advice}"))
 
     def close(self) -> None:
         self._client.close()
 
     def __repr__(self) -> str:
-        return f"OpenAILLM({self.model!r} @ {self.base_url})"
-
+        return f"OpenAILLM({self.model!r} @ {redact(self.base_url)})"

@@ -11,7 +11,7 @@ Each builder returns OpenAI-format messages; its docstring says what the model m
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +45,34 @@ def _question_block(question: str, choices: Sequence[str] | None = None) -> str:
 
 def _qe(question: str, evidence: Sequence[str], choices: Sequence[str] | None) -> str:
     return f"{_question_block(question, choices)}\n\nEvidence:\n{format_evidence(evidence)}\n\n"
+
+
+# ----------------------------------------------------------------- prompt size
+
+#: Tokens a chat template adds around one message (role markers, separators), also charged once for
+#: the reply's header. ChatML (Qwen, SmolLM2) adds about 5; the rest is margin for other templates.
+TEMPLATE_TOKENS_PER_MESSAGE = 8
+#: Tokens ``format_evidence`` adds around one evidence piece (``[12] `` and the blank line after it).
+EVIDENCE_FRAME_TOKENS = 6
+
+
+def _message_text(message: Message) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    return "\n".join(str(p.get("text", "")) for p in content or [] if p.get("type") == "text")
+
+
+def prompt_tokens(messages: Sequence[Message], count_tokens: Callable[[str], int]) -> int:
+    """Tokens of ``messages`` once a chat template lays them out (text parts only), reply header included."""
+    template = TEMPLATE_TOKENS_PER_MESSAGE * (len(messages) + 1)
+    return template + sum(count_tokens(_message_text(m)) for m in messages)
+
+
+def prompt_tokens_bound(messages: Sequence[Message]) -> int:
+    """An upper bound of ``prompt_tokens`` without a tokenizer: a token covers at least one UTF-8 byte."""
+    template = TEMPLATE_TOKENS_PER_MESSAGE * (len(messages) + 1)
+    return template + sum(len(_message_text(m).encode()) for m in messages)
 
 
 # ----------------------------------------------------------------- critic

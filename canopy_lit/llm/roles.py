@@ -1,18 +1,22 @@
 """The LLM's jobs in the pipeline: critic, reader, aggregation classifier, router, IRCoT, relevance.
 
 Each role wraps any ``LLM`` backend, builds its prompt from ``prompts``, parses with ``parsing``
-and tags its calls with its role name for accounting (``llm.log.summary()["by_role"]``).
+and tags its calls with its role name for accounting (``llm.log.summary()["by_role"]``). Every
+prompt is fitted into the backend's context (``fit_evidence``) before it is sent.
 """
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from canopy_lit.hierarchy.base import ELISION
 from canopy_lit.llm import prompts
-from canopy_lit.llm.base import LLM
+from canopy_lit.llm.base import LLM, LLMError, Message, PromptTooLongError
 from canopy_lit.llm.parsing import (
     PARSE_STATS,
     CriticVerdict,
@@ -29,6 +33,116 @@ from canopy_lit.llm.parsing import (
 
 #: Used when neither the critic nor the model config gives a threshold; uncalibrated.
 DEFAULT_YES_THRESHOLD = 0.5
+#: The critic's JSON budget (verdict or follow-up query).
+CRITIC_MAX_TOKENS = 96
+#: Question tokens set aside when an evidence cap is fitted to a context before any question is seen.
+QUESTION_RESERVE_TOKENS = 128
+
+log = logging.getLogger(__name__)
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def _warn_once(key: str, message: str) -> None:
+    with _warned_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    log.warning(message)
+
+
+# ----------------------------------------------------------------- fitting prompts into the context
+
+
+def _cut_to_tokens(text: str, budget: int, count_tokens: Callable[[str], int]) -> str | None:
+    """The longest prefix of ``text`` that fits ``budget`` tokens with an elision mark, cut after a word
+    where one fits (else inside the first word); None when not even one character does."""
+    ends = [m.end() for m in re.finditer(r"\S+", text)] or [len(text)]
+    if count_tokens(f"{text[: ends[0]]} {ELISION}") > budget:  # one huge "word": cut by characters
+        ends = list(range(1, ends[0]))
+    lo, hi, best = 0, len(ends) - 1, None
+    while lo <= hi:  # binary search: a prefix that fits never grows past one that does not
+        mid = (lo + hi) // 2
+        cut = f"{text[: ends[mid]].rstrip()} {ELISION}"
+        if count_tokens(cut) <= budget:
+            best, lo = cut, mid + 1
+        else:
+            hi = mid - 1
+    return best
+
+
+def fit_evidence(
+    llm: LLM,
+    build: Callable[[Sequence[str]], list[Message]],
+    evidence: Sequence[str],
+    reply_tokens: int,
+    role: str,
+) -> list[Message]:
+    """``build(evidence)``, with the evidence cut until the prompt and a ``reply_tokens`` reply fit
+    the backend's context (``llm.context_length``; unknown = as built).
+
+    The cut follows the loop's reader cap: pieces are kept whole newest (last) first while they
+    fit, the first that does not is cut at a word boundary to the tokens left, older ones are
+    dropped. The loop's cap keeps prompts within the context for questions up to
+    ``QUESTION_RESERVE_TOKENS`` tokens (``evidence_room``); a cut here is logged once per role.
+
+    Raises:
+        PromptTooLongError: the prompt does not fit even without evidence (the question or the
+            worked examples are too long): the question's own failure, not the backend's.
+    """
+    messages = build(evidence)
+    limit = getattr(llm, "context_length", None)
+    if not limit:
+        return messages
+    budget = limit - reply_tokens
+    if prompts.prompt_tokens_bound(messages) <= budget:  # short enough without counting a token
+        return messages
+    count = llm.count_tokens
+    fixed = prompts.prompt_tokens(build([]), count)
+    if fixed > budget:
+        raise PromptTooLongError(
+            f"{role} prompt: {fixed} tokens without any evidence and a {reply_tokens}-token reply exceed the "
+            f"{getattr(llm, 'name', 'llm')} context of {limit} tokens (the question is too long for it)"
+        )
+    sizes = [count(e) + prompts.EVIDENCE_FRAME_TOKENS for e in evidence]
+    room = budget - fixed
+    if sum(sizes) <= room:
+        return messages
+    kept: list[str] = []
+    for i in reversed(range(len(evidence))):
+        if sizes[i] <= room:
+            kept.append(evidence[i])
+            room -= sizes[i]
+            continue
+        cut = _cut_to_tokens(evidence[i], room - prompts.EVIDENCE_FRAME_TOKENS, count)
+        if cut is not None:
+            kept.append(cut)
+        break
+    kept.reverse()
+    _warn_once(
+        f"fit:{role}",
+        f"{role} prompt cut to the {getattr(llm, 'name', 'llm')} context of {limit} tokens: "
+        f"{len(evidence)} evidence pieces ({sum(sizes)} tokens) do not fit beside the question, "
+        f"{len(kept)} are kept (oldest dropped first); lower loop.reader_max_tokens or raise the context "
+        "(logged once per role)",
+    )
+    return build(kept)
+
+
+def evidence_room(llm: LLM, reply_tokens: int) -> int | None:
+    """Evidence tokens that fit the backend's context beside the longest critic or reader prompt, a
+    question of ``QUESTION_RESERVE_TOKENS`` tokens and a ``reply_tokens`` reply; None when the
+    context is unknown. The loop's reader cap should not exceed it."""
+    limit = getattr(llm, "context_length", None)
+    if not limit:
+        return None
+    skeletons = [build("", []) for build in (prompts.critic_json, prompts.critic_yes_no, prompts.critic_followup,
+                                             prompts.reader)]  # fmt: skip
+    try:
+        fixed = max(prompts.prompt_tokens(m, llm.count_tokens) for m in skeletons)
+    except LLMError:  # a server that cannot count yet: its questions will say why; bound the skeleton instead
+        fixed = max(prompts.prompt_tokens_bound(m) for m in skeletons)
+    return max(0, limit - reply_tokens - fixed - QUESTION_RESERVE_TOKENS)
 
 
 def _yes_probability(llm: LLM, messages: list, role: str, top_logprobs: int, stats: ParseStats) -> float:
@@ -70,7 +184,7 @@ class LLMCritic:
         threshold: float | None = None,
         *,
         followup: bool = True,
-        max_tokens: int = 96,
+        max_tokens: int = CRITIC_MAX_TOKENS,
         top_logprobs: int = 10,
         constrained: bool = True,
         stats: ParseStats | None = None,
@@ -89,14 +203,16 @@ class LLMCritic:
 
     def p_sufficient(self, question: str, evidence: Sequence[str], choices: Sequence[str] | None = None) -> float:
         """P(yes) that the evidence suffices (one 1-token call)."""
-        msgs = prompts.critic_yes_no(question, evidence, choices)
+        msgs = fit_evidence(
+            self.llm, lambda ev: prompts.critic_yes_no(question, ev, choices), evidence, 1, "critic"
+        )
         return _yes_probability(self.llm, msgs, "critic", self.top_logprobs, self.stats)
 
     def judge(self, question: str, evidence: Sequence[str], choices: Sequence[str] | None = None) -> CriticVerdict:
         """Verdict for this round. Never raises on model output (see ``parsing.parse_critic``)."""
         if self.mode == "json":
             resp = self.llm.chat(
-                prompts.critic_json(question, evidence, choices),
+                self._fit(prompts.critic_json, question, evidence, choices),
                 json_mode=prompts.CRITIC_SCHEMA if self.constrained else True,
                 max_tokens=self.max_tokens,
                 role="critic",
@@ -108,13 +224,24 @@ class LLMCritic:
         if not self.followup:
             return CriticVerdict(sufficient=False, followup_query=question, p_yes=p)
         resp = self.llm.chat(
-            prompts.critic_followup(question, evidence, choices),
+            self._fit(prompts.critic_followup, question, evidence, choices),
             json_mode=prompts.FOLLOWUP_SCHEMA if self.constrained else True,
             max_tokens=self.max_tokens,
             role="critic",
         )
         missing, follow, ok = parse_followup(resp.text, question, self.stats)
         return CriticVerdict(sufficient=False, missing=missing, followup_query=follow, p_yes=p, parsed=ok, raw=resp.text)
+
+    def _fit(
+        self,
+        build: Callable[[str, Sequence[str], Sequence[str] | None], list[Message]],
+        question: str,
+        evidence: Sequence[str],
+        choices: Sequence[str] | None,
+    ) -> list[Message]:
+        return fit_evidence(
+            self.llm, lambda ev: build(question, ev, choices), evidence, self.max_tokens, "critic"
+        )
 
 
 @dataclass
@@ -135,7 +262,10 @@ class LLMReader:
         self.stats = stats or PARSE_STATS
 
     def answer(self, question: str, evidence: Sequence[str], choices: Sequence[str] | None = None) -> ReaderAnswer:
-        resp = self.llm.chat(prompts.reader(question, evidence, choices), max_tokens=self.max_tokens, role="reader")
+        msgs = fit_evidence(
+            self.llm, lambda ev: prompts.reader(question, ev, choices), evidence, self.max_tokens, "reader"
+        )
+        resp = self.llm.chat(msgs, max_tokens=self.max_tokens, role="reader")
         if choices:
             letter = parse_choice_letter(resp.text, len(choices), self.stats)
             text = choices[ord(letter) - 65] if letter else parse_short_answer(resp.text, ParseStats())
@@ -157,7 +287,7 @@ class AggregationClassifier:
     def classify(self, question: str) -> str:
         labels = prompts.AGGREGATION_LABELS
         resp = self.llm.chat(
-            prompts.aggregation_classifier(question),
+            fit_evidence(self.llm, lambda _: prompts.aggregation_classifier(question), [], 12, "aggregation"),
             json_mode=prompts.label_schema(labels) if self.constrained else True,
             max_tokens=12,
             role="aggregation",
@@ -179,8 +309,11 @@ class ModalityRouter:
         self.stats = stats or PARSE_STATS
 
     def route(self, question: str) -> str:
+        msgs = fit_evidence(
+            self.llm, lambda _: prompts.modality_router(question, self.modalities), [], 12, "router"
+        )
         resp = self.llm.chat(
-            prompts.modality_router(question, self.modalities),
+            msgs,
             json_mode=prompts.label_schema(self.modalities) if self.constrained else True,
             max_tokens=12,
             role="router",
@@ -213,8 +346,12 @@ class IRCoTStepper:
         self.stats = stats or PARSE_STATS
 
     def step(self, question: str, paragraphs: Sequence[str], thoughts: Sequence[str]) -> IRCoTStep:
+        msgs = fit_evidence(
+            self.llm, lambda ev: prompts.ircot_step(question, ev, thoughts, self.demos), paragraphs,
+            self.max_tokens, "ircot",
+        )  # fmt: skip
         resp = self.llm.chat(
-            prompts.ircot_step(question, paragraphs, thoughts, self.demos),
+            msgs,
             max_tokens=self.max_tokens,
             role="ircot",
             stop=["\n\n"],
@@ -246,6 +383,11 @@ class LLMRelevanceScorer:
     def score(self, question: str, passages: Sequence[str]) -> list[float]:
         """Scores in [0, 1], one per passage (same order)."""
         return [
-            _yes_probability(self.llm, prompts.relevance(question, p), "relevance", self.top_logprobs, self.stats)
+            _yes_probability(self.llm, self._fit(question, p), "relevance", self.top_logprobs, self.stats)
             for p in passages
         ]
+
+    def _fit(self, question: str, passage: str) -> list[Message]:
+        return fit_evidence(
+            self.llm, lambda ev: prompts.relevance(question, ev[0] if ev else ""), [passage], 1, "relevance"
+        )

@@ -18,7 +18,14 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from canopy_lit.llm.base import BaseLLM, GenerationOptions, LLMResponse, Message, generation_options
+from canopy_lit.llm.base import (
+    BaseLLM,
+    GenerationOptions,
+    LLMResponse,
+    Message,
+    PromptTooLongError,
+    generation_options,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -40,6 +47,8 @@ class SimulatedLLM(BaseLLM):
         decode_s_per_token: cost of one generated token (one decode step).
         sufficient_round: the critic's verdict number (1-based, per question) that first says sufficient.
         answer: the reader's reply.
+        context_length: refuse a call whose prompt and ``max_tokens`` exceed this many tokens, as
+            a served model does (None = no limit).
     """
 
     name = "simulated"
@@ -52,6 +61,7 @@ class SimulatedLLM(BaseLLM):
         decode_s_per_token: float = 0.02,
         sufficient_round: int = 2,
         answer: str = "simulated answer",
+        context_length: int | None = None,
         calibration: dict[str, float] | None = None,
     ) -> None:
         super().__init__(calibration=calibration)
@@ -64,6 +74,7 @@ class SimulatedLLM(BaseLLM):
         self.decode_s_per_token = decode_s_per_token
         self.sufficient_round = sufficient_round
         self.answer = answer
+        self.context_length = context_length
         self.clock = 0.0  # simulated seconds spent by every call so far
         self.calls = 0
         self.engine_calls = 0
@@ -120,8 +131,13 @@ class SimulatedLLM(BaseLLM):
         return m.group(1).strip() if m else ""
 
     def _complete(self, messages: list[Message], **kw: Any) -> LLMResponse:
-        text, tops = self._reply(messages, kw["json_mode"], kw["logprobs"])
         prompt = sum(self.count_tokens(str(m.get("content", ""))) for m in messages)
+        if self.context_length is not None and prompt + kw["max_tokens"] > self.context_length:
+            raise PromptTooLongError(
+                f"simulated: {prompt} prompt + {kw['max_tokens']} reply tokens exceed the maximum context "
+                f"length of {self.context_length}"
+            )
+        text, tops = self._reply(messages, kw["json_mode"], kw["logprobs"])
         completion = max(1, min(kw["max_tokens"], self.count_tokens(text)))
         return LLMResponse(
             text=text, prompt_tokens=prompt, completion_tokens=completion, top_logprobs=tops[:1]
@@ -138,17 +154,30 @@ class SimulatedLLM(BaseLLM):
         batch: Sequence[Sequence[Message]],
         *,
         role: str = "reader",
+        return_exceptions: bool = False,
         **options: Unpack[GenerationOptions],
-    ) -> list[LLMResponse]:
-        """One simulated engine call for the whole batch; each reply's ``seconds`` is its share of the cost."""
+    ) -> list[Any]:
+        """One simulated engine call for the whole batch; each reply's ``seconds`` is its share of the cost.
+
+        ``return_exceptions``: a refused conversation's error takes its place (else it is raised).
+        """
         kw = generation_options(**options)
-        outs = [self._complete(self.prepare(m), **kw) for m in batch]
-        cost = self.batch_cost([o.prompt_tokens for o in outs], [o.completion_tokens for o in outs])
+        outs: list[LLMResponse | Exception] = []
+        for messages in batch:
+            try:
+                outs.append(self._complete(self.prepare(messages), **kw))
+            except Exception as err:
+                self.log.add(role, 0, 0, 0.0, ok=False)
+                if not return_exceptions:
+                    raise
+                outs.append(err)
+        done = [o for o in outs if isinstance(o, LLMResponse)]
+        cost = self.batch_cost([o.prompt_tokens for o in done], [o.completion_tokens for o in done])
         with self._lock:
             self.clock += cost
-            self.calls += len(outs)
-            self.engine_calls += 1 if outs else 0
-        return [self._record(o, role, cost / len(outs)) for o in outs]
+            self.calls += len(done)
+            self.engine_calls += 1 if done else 0
+        return [self._record(o, role, cost / len(done)) if isinstance(o, LLMResponse) else o for o in outs]
 
     def __repr__(self) -> str:
         return (

@@ -14,7 +14,17 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from canopy_lit.llm.base import BaseLLM, GenerationOptions, LLMError, LLMResponse, Message, generation_options
+from canopy_lit.llm.base import (
+    BaseLLM,
+    GenerationOptions,
+    LLMError,
+    LLMResponse,
+    Message,
+    PromptTooLongError,
+    chat_each,
+    generation_options,
+    is_prompt_too_long,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -77,6 +87,8 @@ class VLLMLLM(BaseLLM):
             **(engine_kwargs or {}),
         )
         self._tokenizer = self.engine.get_tokenizer()
+        model_config = getattr(getattr(self.engine, "llm_engine", None), "model_config", None)
+        self.context_length = getattr(model_config, "max_model_len", None) or max_model_len
 
     def _sampling(
         self, *, json_mode: bool | dict[str, Any], logprobs: int, max_tokens: int, temperature: float, stop: list[str]
@@ -110,20 +122,44 @@ class VLLMLLM(BaseLLM):
 
     def _generate(self, conversations: list[list[Message]], **kw: Any) -> list[LLMResponse]:
         params = self._sampling(**kw)
-        with self._engine_lock:
-            outs = self.engine.chat(conversations, params, use_tqdm=False)
+        try:
+            with self._engine_lock:
+                outs = self.engine.chat(conversations, params, use_tqdm=False)
+        except ValueError as e:  # vLLM validates every prompt first: one too long refuses the whole call
+            if is_prompt_too_long(str(e)):
+                raise PromptTooLongError(f"vllm ({self.model}): {e}") from e
+            raise
         return [self._to_response(o, kw["logprobs"]) for o in outs]
 
     def _complete(self, messages: list[Message], **kw: Any) -> LLMResponse:
         return self._generate([messages], **kw)[0]
 
     def chat_batch(
-        self, batch: Sequence[Sequence[Message]], *, role: str = "reader", **options: Unpack[GenerationOptions]
-    ) -> list[LLMResponse]:
-        """One engine call for the whole batch (continuous batching inside vLLM)."""
+        self,
+        batch: Sequence[Sequence[Message]],
+        *,
+        role: str = "reader",
+        return_exceptions: bool = False,
+        **options: Unpack[GenerationOptions],
+    ) -> list[Any]:
+        """One engine call for the whole batch (continuous batching inside vLLM).
+
+        The engine refuses a whole call for one bad conversation; with ``return_exceptions`` each
+        conversation of a refused call is then sent alone, so only the bad ones fail (their error in
+        their place).
+        """
         kw = generation_options(**options)
         t0 = time.perf_counter()
-        outs = self._generate([self.prepare(m) for m in batch], **kw)
+        try:
+            outs = self._generate([self.prepare(m) for m in batch], **kw)
+        except Exception as err:
+            if return_exceptions and len(batch) > 1:
+                return [chat_each(self.chat, [m], return_exceptions=True, role=role, **kw)[0] for m in batch]
+            for _ in batch:
+                self.log.add(role, 0, 0, (time.perf_counter() - t0) / len(batch), ok=False)
+            if not return_exceptions:
+                raise
+            return [err]
         per_call = (time.perf_counter() - t0) / max(1, len(outs))  # batch wall time shared evenly
         return [self._record(r, role, per_call) for r in outs]
 

@@ -8,7 +8,8 @@ flight is parked, the parked calls are sent as one ``chat_batch`` per stage (cal
 and generation options: critic verdicts, follow-ups, reader answers, ...), ordered by question, and
 each question resumes with its own reply. So every question advances stage by stage, and a backend
 sees batches: one engine call on vLLM, concurrent requests on an OpenAI-compatible server, calls in
-turn (or in ``n_parallel`` slots) on llama.cpp.
+turn (or in ``n_parallel`` slots) on llama.cpp. A call that fails fails only its own question, as in
+the sequential loop: the batch asks the backend for each conversation's error in its place.
 
 A question that finishes frees its place: the next question starts (``run_all`` or the evaluation
 harness with ``concurrency`` = batch size) and joins the next barrier, as in continuous batching.
@@ -27,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from canopy_lit.llm.base import CallLog, LLMResponse, Message, generation_options
+from canopy_lit.llm.base import CallLog, LLMResponse, Message, chat_each, generation_options
 from canopy_lit.pipeline.loop import QuestionRunner
 from canopy_lit.pipeline.trace import QuestionRecord
 from canopy_lit.types import Question
@@ -112,7 +113,7 @@ class RoundScheduler:
             self._queued += queued
 
     def call(self, messages: Sequence[Message], role: str, options: dict[str, Any]) -> LLMResponse:
-        """Park one call until its batch is answered; raise the backend's error if the batch failed."""
+        """Park one call until its batch is answered; raise the backend's error if this call failed."""
         req = _Request(self._local.seq, messages, role, options)
         with self._cond:
             self._pending.append(req)
@@ -154,20 +155,30 @@ class RoundScheduler:
             for i in range(0, len(reqs), step):
                 chunk = reqs[i : i + step]
                 self.batch_sizes.append(len(chunk))
-                try:
-                    outs = self.llm.chat_batch(
-                        [r.messages for r in chunk], role=chunk[0].role, **chunk[0].options
-                    )
-                    if len(outs) != len(chunk):
-                        raise RuntimeError(
-                            f"chat_batch returned {len(outs)} replies for {len(chunk)} conversations"
-                        )
-                except Exception as err:  # every question of the failed batch records the error
-                    for r in chunk:
-                        r.error = err
-                    continue
-                for r, out in zip(chunk, outs, strict=True):
-                    r.response = out
+                for r, out in zip(chunk, self._answer(chunk), strict=True):
+                    if isinstance(out, BaseException):
+                        r.error = out
+                    else:
+                        r.response = out
+
+    def _answer(self, chunk: list[_Request]) -> list[LLMResponse | BaseException]:
+        """One reply or error per call of one stage, in order."""
+        try:
+            outs = self.llm.chat_batch(
+                [r.messages for r in chunk], role=chunk[0].role, return_exceptions=True, **chunk[0].options
+            )
+            if len(outs) != len(chunk):
+                raise RuntimeError(f"chat_batch returned {len(outs)} replies for {len(chunk)} conversations")
+        except Exception as err:
+            if len(chunk) == 1:
+                return [err]
+            # The backend refused the batch as a whole: each call alone, as the sequential loop sends it,
+            # so that a bad conversation fails only its own question.
+            return [
+                chat_each(self.llm.chat, [r.messages], return_exceptions=True, role=r.role, **r.options)[0]
+                for r in chunk
+            ]
+        return list(outs)
 
 
 class BatchingLLM:
@@ -215,8 +226,10 @@ class BatchingLLM:
         )
         return resp
 
-    def chat_batch(self, batch: Sequence[Sequence[Message]], **kwargs: Any) -> list[LLMResponse]:
-        return [self.chat(m, **kwargs) for m in batch]
+    def chat_batch(
+        self, batch: Sequence[Sequence[Message]], *, return_exceptions: bool = False, **kwargs: Any
+    ) -> list[Any]:
+        return chat_each(self.chat, batch, return_exceptions=return_exceptions, **kwargs)
 
 
 class BatchedQuestionRunner(QuestionRunner):

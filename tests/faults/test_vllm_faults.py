@@ -69,3 +69,35 @@ def test_concurrent_chats_enter_the_engine_one_at_a_time(stand_in_vllm, tmp_path
     assert engine.calls == 16
     assert engine.max_inside == 1, f"{engine.max_inside} threads were inside the engine at once"
     assert llm.log.summary()["by_role"]["critic"]["calls"] == 16
+
+
+class RefusingVLLMEngine(StandInVLLMEngine):
+    """Like vLLM, validates every prompt before generating: one too long refuses the whole call."""
+
+    def chat(self, conversations: list, params: object, use_tqdm: bool = False) -> list:
+        for conv in conversations:
+            if "huge" in str(conv[-1]["content"]):
+                self.calls += 1
+                raise ValueError("The decoder prompt (length 9000) is longer than the maximum model length of 8192.")
+        return super().chat(conversations, params, use_tqdm)
+
+
+def test_one_prompt_the_engine_refuses_fails_only_itself(stand_in_vllm, tmp_path: Path) -> None:
+    """Issue "Numbers you can trust, round 2" item 11: one engine call per batch, one bad prompt in it."""
+    from canopy_lit.llm.base import LLMError, PromptTooLongError, user
+    from canopy_lit.llm.vllm import VLLMLLM
+
+    stand_in_vllm.LLM = RefusingVLLMEngine
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    llm = VLLMLLM(str(model_dir), max_model_len=8192)
+    assert llm.context_length == 8192
+    batch = [[user("a")], [user("huge")], [user("c")]]
+    outs = llm.chat_batch(batch, role="critic", return_exceptions=True)
+    assert [type(o).__name__ for o in outs] == ["LLMResponse", "PromptTooLongError", "LLMResponse"]
+    assert "longer than the maximum model length" in str(outs[1]) and not isinstance(outs[1], LLMError)
+    assert llm.engine.calls == 1 + 3  # the refused batch, then each conversation alone
+    with pytest.raises(PromptTooLongError):
+        llm.chat_batch(batch, role="critic")
+    summary = llm.log.summary()  # every conversation is one call: 2 answered, then 1 + 3 refused
+    assert summary["by_role"]["critic"]["calls"] == 6 and summary["failed"] == 4

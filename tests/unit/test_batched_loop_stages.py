@@ -11,7 +11,7 @@ import pytest
 
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.llm import LLMCritic, LLMReader
-from canopy_lit.llm.base import LLMError, user
+from canopy_lit.llm.base import BaseLLM, LLMError, LLMResponse, user
 from canopy_lit.llm.simulated import SimulatedLLM
 from canopy_lit.pipeline.batched import BatchedQuestionRunner, BatchingLLM
 from canopy_lit.pipeline.build import QuestionRunner
@@ -35,8 +35,10 @@ class RotatingRetriever:
         return [it for it in ranked if it.id not in exclude][:k]
 
 
-def make(sufficient_round: int = 2, max_rounds: int = 3) -> tuple[EvidenceLoop, BatchingLLM, SimulatedLLM]:
-    sim = SimulatedLLM(sufficient_round=sufficient_round)
+def make(
+    sufficient_round: int = 2, max_rounds: int = 3, sim: SimulatedLLM | None = None
+) -> tuple[EvidenceLoop, BatchingLLM, SimulatedLLM]:
+    sim = sim or SimulatedLLM(sufficient_round=sufficient_round)
     llm = BatchingLLM(sim)
     loop = EvidenceLoop(
         RotatingRetriever(),
@@ -99,6 +101,57 @@ def test_a_failed_batch_fails_each_of_its_questions_and_the_run_ends() -> None:
     assert llm.log.summary()["failed"] == 4
     with pytest.raises(ValueError, match="batch_size"):
         BatchedQuestionRunner(loop, llm).run_all(QUESTIONS, batch_size=0)
+
+
+class RefusesQuestion3(SimulatedLLM):
+    """Refuses every call about one question, as a server refuses one bad request of a batch."""
+
+    def _complete(self, messages, **kw):
+        if any("Question number 3?" in str(m.get("content")) for m in messages):
+            raise LLMError("simulated backend: request refused")
+        return super()._complete(messages, **kw)
+
+
+def test_a_failing_call_fails_only_its_own_question_as_in_the_sequential_loop() -> None:
+    questions = QUESTIONS[:6]
+    loop, llm, _ = make(sim=RefusesQuestion3())
+    sequential: list = []
+    for q in questions:
+        try:
+            sequential.append(QuestionRunner(loop, llm).run(q))
+        except LLMError as err:
+            sequential.append(err)
+    loop, llm, sim = make(sim=RefusesQuestion3())
+    batched = BatchedQuestionRunner(loop, llm).run_all(questions, batch_size=len(questions))
+    assert [isinstance(r, LLMError) for r in batched] == [False, False, False, True, False, False]
+    assert "request refused" in str(batched[3]) and isinstance(sequential[3], LLMError)
+    assert [comparable(r) for i, r in enumerate(batched) if i != 3] == [
+        comparable(r) for i, r in enumerate(sequential) if i != 3
+    ]
+    assert llm.scheduler.batch_sizes[0] == 6 and sim.engine_calls == len(llm.scheduler.batch_sizes)
+    assert llm.log.summary()["failed"] == 1 and sim.log.summary()["failed"] == 1
+
+
+class Echo(BaseLLM):
+    """The plain ``BaseLLM.chat_batch`` path (one call after another): echoes, refuses "bad"."""
+
+    def _complete(self, messages, **kw):
+        text = str(messages[-1]["content"])
+        if text == "bad":
+            raise LLMError("echo backend: refused")
+        return LLMResponse(text=text)
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+
+def test_a_batch_returns_each_failure_in_its_place_when_asked() -> None:
+    llm = Echo()
+    outs = llm.chat_batch([[user("a")], [user("bad")], [user("c")]], return_exceptions=True)
+    assert [o.text if isinstance(o, LLMResponse) else type(o).__name__ for o in outs] == ["a", "LLMError", "c"]
+    with pytest.raises(LLMError, match="refused"):
+        llm.chat_batch([[user("a")], [user("bad")]])
+    assert llm.log.summary()["failed"] == 2
 
 
 def test_simulated_batch_costs_one_overhead_all_prefill_and_the_longest_decode() -> None:
