@@ -3,8 +3,9 @@
     python evaluate.py experiment=NAME [overrides] hydra.run.dir=DIR
 
 Writes predictions.jsonl (resumable), metrics.json and table.md into the run dir.
-Exit status: 0 done; 1 the run failed (unreadable data, run folder in use, LLM backend down:
-one line on stderr saying why, records kept for a resume); 2 an invalid config (nothing ran).
+Exit status: 0 done; 1 the run failed (unreadable data, run folder in use, unwritable or full,
+LLM backend down: one line on stderr saying why, records kept for a resume); 2 an invalid config, or a
+run folder whose results were made with other settings (nothing ran; ``resume=force`` continues them).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import hydra
 from omegaconf import DictConfig
 
 from canopy_lit.data.readers._io import DataFormatError
-from canopy_lit.eval.harness import RunFailed, notify
-from canopy_lit.eval.records import RunLocked
+from canopy_lit.eval.harness import RunFailed, notify, unwritable_message
+from canopy_lit.eval.records import RunFolderError, RunLocked
 from canopy_lit.evaluate import run
 from canopy_lit.schema import USAGE_ERROR, ConfigError
 
@@ -33,8 +34,13 @@ def main(cfg: DictConfig) -> float | None:
         metrics = run(cfg)
     except ConfigError as err:
         _exit(USAGE_ERROR, err.problems)
-    except (RunFailed, RunLocked, DataFormatError, FileNotFoundError) as err:
+    except (RunFailed, RunLocked, RunFolderError, DataFormatError, FileNotFoundError) as err:
         _exit(1, [str(err)])
+    except OSError as err:  # a full disk or a read-only place; any other OSError is a bug: its traceback
+        line = unwritable_message(err, cfg.paths.output_dir)
+        if line is None:
+            raise
+        _exit(1, [line])
     # A scalar for Hydra sweepers: answer F1 for QA runs, decision accuracy for probes.
     return metrics.get("eval/f1", metrics.get("probe/decision_accuracy"))
 

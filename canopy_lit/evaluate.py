@@ -13,6 +13,7 @@ import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from hydra.utils import get_method, instantiate
@@ -22,18 +23,26 @@ from rich.progress import track
 from rich.table import Table as RichTable
 
 from canopy_lit.eval.evidence import run_evidence
-from canopy_lit.eval.harness import RunFailed, notify, run_questions, write_run_outputs
+from canopy_lit.eval.harness import RunFailed, notify, run_questions, start_run_log, write_run_outputs
 from canopy_lit.eval.judge import judge_from_config, judge_run
 from canopy_lit.eval.probe import RefinementProbe, gold_questions
-from canopy_lit.eval.records import RunLock, write_run_axes
+from canopy_lit.eval.records import (
+    RunLock,
+    run_has_results,
+    settings_changes,
+    write_hydra_files,
+    write_run_axes,
+    write_run_settings,
+)
 from canopy_lit.eval.summary import markdown_table, summarize
 from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.llm.base import redact
 from canopy_lit.pipeline.build import adapter_scale_label, build_encoder, build_loop, load_questions
 from canopy_lit.pipeline.scoring import NodeScorer
 from canopy_lit.pipeline.trace import STAGES
 from canopy_lit.retrieval.evaluate import evaluate_retrieval
 from canopy_lit.retrieval.node_cache import NodeEmbeddingCache
-from canopy_lit.schema import validate_eval_config
+from canopy_lit.schema import ConfigError, check_eval_run
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +99,7 @@ def run_probe(cfg: DictConfig) -> dict[str, float]:
 def run_qa(cfg: DictConfig) -> dict[str, float]:
     """The CANOPY evidence loop (every method but CARVE): each question durably, then the summary."""
     out_dir = output_dir(cfg)
-    bench, questions = load_questions(cfg, notify)
+    bench, questions = load_questions(cfg, notify, need_answers=True)
     loop = build_loop(cfg, bench)
     stopped: RunFailed | None = None
     try:
@@ -165,19 +174,55 @@ def print_summary(metrics: dict[str, float], console: Console | None = None) -> 
         console.print(stages)
 
 
+_SHOWN_CHANGES = 6  # differing settings named in the refusal line; settings.json has them all
+
+
+def _shown(value: Any) -> str:
+    text = value if value == "<absent>" else json.dumps(value, ensure_ascii=False)
+    return redact(text if len(text) <= 48 else text[:45] + "...")
+
+
+def claim_run_folder(out_dir: Path, cfg: DictConfig, force: bool = False) -> None:
+    """Check a locked run folder against this run, then record the run in it: settings.json (what its
+    records depend on), ``.hydra/`` and run.json. Nothing in the folder changes before both checks pass.
+
+    Raises:
+        RunFolderError: a line of predictions.jsonl before the last is not JSON.
+        ConfigError: the folder's results were made with other settings, and ``force`` (``resume=force``)
+            is off; with it they are continued, and the folder records this run's settings.
+    """
+    changes = settings_changes(out_dir, cfg) if run_has_results(out_dir) else []
+    if changes:
+        named = ", ".join(f"{k} {_shown(old)} (now {_shown(new)})" for k, old, new in changes[:_SHOWN_CHANGES])
+        if len(changes) > _SHOWN_CHANGES:
+            named += f" and {len(changes) - _SHOWN_CHANGES} more"
+        if not force:
+            raise ConfigError([
+                f"{out_dir}: its results were made with other settings: {named}; use another hydra.run.dir, "
+                "or resume=force to continue them under these settings"
+            ])  # fmt: skip
+        log.warning("resume=force: %s holds results made with other settings (%s); continuing", out_dir, named)
+    write_run_settings(out_dir, cfg)
+    write_hydra_files(out_dir, cfg)
+    write_run_axes(out_dir, cfg)  # run.json: the ablation axes that reports read
+
+
 def run(cfg: DictConfig) -> dict[str, float]:
     """Run the configured evaluation into ``cfg.paths.output_dir``; return its flat metrics.
 
     Raises:
-        ConfigError: an invalid config (checked before any work). RunLocked: another live
-            evaluation holds the run folder. RunFailed: the LLM backend kept failing (metrics written).
-        DataFormatError: unreadable data, or no usable question (names the file).
+        ConfigError: an invalid config (checked before any work), or a run folder whose results were
+            made with other settings (``resume=auto``). RunLocked: another live evaluation holds the run
+            folder. RunFolderError: a garbled predictions.jsonl. RunFailed: the LLM backend kept failing
+            (metrics written). DataFormatError: unreadable data, or no usable question (names the file).
+            OSError: the run folder cannot be written (full disk: names the file).
     """
-    validate_eval_config(cfg)
+    check_eval_run(cfg)  # config, model weights and optional packages: before any work
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
     with RunLock(output_dir(cfg)):  # a second evaluation into this folder must not redo (and double) every question
-        write_run_axes(output_dir(cfg), cfg)  # run.json: the ablation axes that reports read
+        claim_run_folder(output_dir(cfg), cfg, force=cfg.get("resume", "auto") == "force")
+        start_run_log()
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per local tokenize call otherwise
         metrics = MODES[str(cfg.get("mode", "qa"))](cfg)  # the schema admits only these modes
         if cfg.get("progress", True):

@@ -8,15 +8,20 @@ question failed: then ``RunFailed`` stops it (the records written stay, for a re
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import os
 import sys
 import threading
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -27,13 +32,18 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from canopy_lit.eval.records import RecordLog
+from canopy_lit.eval.records import RecordLog, naming
 from canopy_lit.eval.summary import score_record, summarize
+from canopy_lit.io import atomic_write_text
 from canopy_lit.llm.base import LLMError, redact
 from canopy_lit.pipeline.trace import QuestionRecord
 from canopy_lit.types import Question
 
 log = logging.getLogger(__name__)
+
+# The ids of the questions the latest run of a folder was asked, in order: predictions.jsonl also
+# keeps the records of earlier runs into the folder (another ``limit``), which are not this run's.
+QUESTION_IDS = "question_ids.json"
 
 AnswerFn = Callable[[Question], QuestionRecord]
 
@@ -61,11 +71,104 @@ def notify(message: str, level: int = logging.WARNING) -> None:
             handler.handle(record)
 
 
+class RunLogHandler(logging.FileHandler):
+    """The run folder's log file: the evaluate config's ``hydra.job_logging.handlers.file``.
+
+    Records wait in memory until ``start_run_log()``, called once the run folder is locked and its
+    inputs checked, so that a refused run (folder in use, other settings, a garbled predictions.jsonl)
+    adds nothing to the folder; the waiting records are written then. A write that fails (a full disk)
+    is said once on stderr, naming the file, and ends the log instead of a traceback per record.
+    """
+
+    def __init__(
+        self, filename: str, mode: str = "a", encoding: str | None = None, delay: bool = True, errors: str | None = None
+    ) -> None:
+        super().__init__(filename, mode, encoding, delay=True, errors=errors)  # opened at the first write
+        self.waiting: list[logging.LogRecord] | None = []
+        self.broken = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.waiting is not None:
+            self.waiting.append(record)
+        elif not self.broken:
+            try:
+                super().emit(record)  # the file's open is outside FileHandler's own error handling
+            except Exception:
+                self.handleError(record)
+
+    def start(self) -> None:
+        waiting, self.waiting = self.waiting or [], None
+        try:
+            self.stream = self.stream or self._open()  # the file exists from the start, as it always did
+        except OSError as err:
+            self._stop(err)
+        for record in waiting:
+            self.handle(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        self._stop(sys.exc_info()[1])
+
+    def _stop(self, err: BaseException | None) -> None:
+        if self.broken:
+            return
+        self.broken = True
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else err
+        print(f"{Path(sys.argv[0]).name}: warning: {self.baseFilename}: {reason}; the rest of this run is not logged there",
+              file=sys.stderr, flush=True)  # fmt: skip
+
+
+def start_run_log() -> None:
+    """Let the run's log file (``RunLogHandler``) write, the records so far first."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, RunLogHandler):
+            handler.start()
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+_NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def unwritable_message(err: OSError, run_dir: str | Path | None = None) -> str | None:
+    """One line for an ``OSError`` of a full disk or a place that cannot be written, naming the file and
+    the remedy (None for any other error). ``run_dir``: the run folder, the place ``hydra.run.dir`` can
+    move (None: ``err`` is about the run folder itself)."""
+    if err.errno not in (*_FULL, *_NOT_WRITABLE):
+        return None
+    line = f"{err.filename}: " if err.filename else ""
+    line += err.strerror or os.strerror(err.errno or 0)
+    if err.errno in _FULL:
+        return f"{line}; free space and rerun the same command to resume (finished questions are kept)"
+    in_run_dir = run_dir is None or (err.filename is not None and Path(err.filename).is_relative_to(run_dir))
+    return f"{line}; use a writable hydra.run.dir" if in_run_dir else line
+
+
+class RunFolderCheck(Callback):
+    """Hydra callback: make the run (or sweep) folder before Hydra does, so that an unwritable place is one
+    line on stderr naming it, exit 1, rather than a traceback from Hydra's ``mkdir``."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._make(config.hydra.run.dir)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._make(config.hydra.sweep.dir)
+
+    @staticmethod
+    def _make(folder: str) -> None:
+        try:
+            Path(str(folder)).mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            line = unwritable_message(err)
+            if line is None:
+                raise
+            print(f"{Path(sys.argv[0]).name}: error: {line}", file=sys.stderr, flush=True)
+            raise SystemExit(1) from None
+
+
 def failed_record(q: Question, err: BaseException) -> dict[str, Any]:
     """A failed question scores 0 on its benchmark's metrics (so they exist even if every question failed)."""
     error = redact(f"{type(err).__name__}: {err}")
     rec = QuestionRecord(q.id, q.text, list(q.answers), q.benchmark, status="failed", error=error)
-    rec.scores = {"accuracy": 0.0} if q.choices else {"em": 0.0, "f1": 0.0}
+    rec.scores = dict.fromkeys(score_record({}, len(q.choices) if q.choices else None), 0.0)
     out = rec.to_dict()
     out["backend_failure"] = isinstance(err, LLMError)
     return out
@@ -100,8 +203,9 @@ def run_questions(
             Failed questions stay recorded; a rerun with ``retry_failed=True`` runs them again.
     """
     ids = [q.id for q in questions]
-    if len(set(ids)) != len(ids):
-        raise ValueError("question ids are not unique; cannot resume by id")
+    repeated = sorted(i for i, n in Counter(ids).items() if n > 1)
+    if repeated:
+        raise ValueError(f"question ids are not unique ({', '.join(map(repr, repeated[:5]))}); cannot resume by id")
     logbook = RecordLog(Path(out_dir) / "predictions.jsonl", retry_failed=retry_failed)
     if logbook.repaired_bytes:
         log.warning("cut %d bytes of a torn last record from %s", logbook.repaired_bytes, logbook.path)
@@ -173,6 +277,8 @@ def run_questions(
                         done(fut.result())
         wanted = set(ids)
         records = [r for r in logbook.records() if r["id"] in wanted]
+    with naming(Path(out_dir) / QUESTION_IDS):
+        atomic_write_text(Path(out_dir) / QUESTION_IDS, json.dumps(ids) + "\n")
     failed = sum(r.get("status") == "failed" for r in records)
     advice = "rerun the same command with retry_failed=true to run the failed questions again"
     if stop():
@@ -188,14 +294,29 @@ def run_questions(
     return records
 
 
+def read_question_ids(run_dir: str | Path) -> list[str] | None:
+    """The question ids of the latest ``run_questions`` into ``run_dir`` (None: a folder without that file)."""
+    path = Path(run_dir) / QUESTION_IDS
+    if not path.is_file():
+        return None
+    try:
+        ids = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from err
+    if not isinstance(ids, list):
+        raise ValueError(f"{path}: expected a JSON list of question ids")
+    return [str(i) for i in ids]
+
+
 def write_run_outputs(out_dir: str | Path, metrics: dict[str, float], table: str) -> None:
     """metrics.json (flat numbers) and table.md, written atomically."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for name, text in (("metrics.json", json.dumps(metrics, indent=2, sort_keys=True)), ("table.md", table)):
         tmp = out / f".{name}.tmp"
-        tmp.write_text(text + ("\n" if not text.endswith("\n") else ""), encoding="utf-8")
+        with naming(tmp):
+            tmp.write_text(text + ("\n" if not text.endswith("\n") else ""), encoding="utf-8")
         tmp.replace(out / name)
 
 
-__all__ = ["RunFailed", "notify", "run_questions", "summarize", "write_run_outputs"]
+__all__ = ["QUESTION_IDS", "RunFailed", "notify", "read_question_ids", "run_questions", "summarize", "write_run_outputs"]

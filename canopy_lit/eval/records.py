@@ -10,12 +10,17 @@ questions and every question ends up in the file exactly once.
 ``run.json`` records the run's ablation axes (method, benchmark, k, B, R, refiner, scorer, adapter
 and its hash, ...) when the evaluation starts, so that reports read what ran instead of
 re-deriving it from a config layout that may have changed since (``run_axes``).
+
+``settings.json`` records every setting the records depend on (``run_settings``), so that a rerun into a
+folder with results made under other settings is refused instead of continuing and relabelling them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -29,6 +34,18 @@ from typing import Any
 from canopy_lit.io import atomic_write_text
 
 log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def naming(path: str | Path) -> Iterator[None]:
+    """Give an ``OSError`` raised inside the file name ``path`` when it has none: a failed ``write(2)``
+    (a full disk) carries no name, and the user must learn where space ran out."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is not None or err.errno is None:
+            raise
+        raise OSError(err.errno, err.strerror, str(path)) from err
 
 
 class RecordLog:
@@ -48,12 +65,13 @@ class RecordLog:
         if retry_failed and any(r.get("status") == "failed" for r in self.done.values()):
             self.done = {k: r for k, r in self.done.items() if r.get("status") != "failed"}
             tmp = self.path.with_suffix(".jsonl.tmp")
-            with tmp.open("w", encoding="utf-8") as fh:
+            with naming(tmp), tmp.open("w", encoding="utf-8") as fh:
                 fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in self.done.values())
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, self.path)
-        self._fh = self.path.open("a", encoding="utf-8")
+        # Unbuffered: a failed write leaves nothing behind in a buffer for close() to retry.
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def _load(self) -> int:
         if not self.path.exists():
@@ -77,16 +95,29 @@ class RecordLog:
         return qid in self.done
 
     def append(self, record: dict[str, Any]) -> None:
-        self._fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        """Write ``record`` as one line and fsync it; an ``OSError`` (a full disk) names the file and leaves
+        the file as it was, ending on a whole record."""
+        line = memoryview((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
+        assert self._fd is not None, "append to a closed RecordLog"
+        start = os.fstat(self._fd).st_size
+        with naming(self.path):
+            try:
+                while line:
+                    line = line[os.write(self._fd, line) :]
+                os.fsync(self._fd)
+            except OSError:
+                with contextlib.suppress(OSError):  # a full disk may have taken part of the line
+                    os.ftruncate(self._fd, start)
+                raise
         self.done[str(record["id"])] = record
 
     def records(self) -> Iterator[dict[str, Any]]:
         return iter(self.done.values())
 
     def close(self) -> None:
-        self._fh.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def __enter__(self) -> RecordLog:
         return self
@@ -233,9 +264,10 @@ def adapter_axes(cfg: Mapping[str, Any]) -> tuple[str | None, str | None]:
     """(portable path, adapter hash) of ``encoder.adapter``; (None, None) for f0.
 
     Absolute paths name the machine that ran the study, so the path is cut to start at its
-    ``outputs`` folder, else made relative to the project root, else reduced to its name. The hash
-    comes from ``<adapter>/encoder_fingerprint.json`` (written by ``save_adapter``) when it is there,
-    so two runs of one adapter path with different weights can be told apart.
+    ``outputs`` folder, else made relative to the project root, else reduced to its name. The hash is
+    of the weights the run loads (``adapter_weights_hash``), so two runs of one adapter path with different
+    weights can be told apart even when a weights file was replaced after saving; the hash that
+    ``encoder_fingerprint.json`` recorded is used only for an adapter without ``adapter_model.safetensors``.
     """
     raw = cfg_get(cfg, "encoder.adapter")
     if _unset(raw):
@@ -251,14 +283,53 @@ def adapter_axes(cfg: Mapping[str, Any]) -> tuple[str | None, str | None]:
         else:
             path = Path(path.name)
     meta_file = full / FINGERPRINT_FILE
-    digest = None
-    if meta_file.is_file():
+    digest = adapter_weights_hash(full)
+    if digest is None and meta_file.is_file():
         try:
             meta = json.loads(meta_file.read_text(encoding="utf-8"))
         except json.JSONDecodeError as err:
             raise ValueError(f"{meta_file}: not valid JSON ({err})") from err
         digest = meta.get("adapter_hash") if isinstance(meta, dict) else None
     return path.as_posix(), (str(digest) if digest else None)
+
+
+# safetensors dtypes of float adapter weights -> numpy (bfloat16 read as its 16 bits, widened below)
+_SAFETENSORS_FLOATS = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}
+
+
+def adapter_weights_hash(adapter: Path) -> str | None:
+    """``NodeEncoder.adapter_hash()`` of the adapter that loading folder ``adapter`` yields (scale 1), read
+    from its ``adapter_model.safetensors`` without torch: each LoRA weight under the name peft gives it
+    (``lora_A.weight`` -> ``lora_A.default.weight``), as float32. None when the folder has no such file.
+    """
+    import numpy as np
+
+    weights = adapter / "adapter_model.safetensors"
+    if not weights.is_file():
+        return None
+    try:
+        with weights.open("rb") as f:
+            header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+            data = f.read()
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{weights}: cannot read the adapter weights ({err})") from err
+    tensors: dict[str, Any] = {}
+    for key, spec in header.items():
+        if key == "__metadata__" or "lora_" not in key:
+            continue
+        dtype = _SAFETENSORS_FLOATS.get(spec["dtype"])
+        if dtype is None:
+            raise ValueError(f"{weights}: adapter weight {key} has dtype {spec['dtype']}, not a float")
+        start, end = spec["data_offsets"]
+        arr = np.frombuffer(data[start:end], dtype=dtype)
+        if spec["dtype"] == "BF16":  # bfloat16 = the top 16 bits of a float32
+            arr = (arr.astype("<u4") << 16).view("<f4")
+        tensors[re.sub(r"(\.lora_[^.]+)(\.|$)", r"\1.default\2", key, count=1)] = arr.astype("<f4")
+    h = hashlib.sha256()  # = canopy_lit.encoders.base.tensors_hash of the loaded parameters
+    for name in sorted(tensors):
+        h.update(name.encode())
+        h.update(tensors[name].tobytes())
+    return h.hexdigest()[:16]
 
 
 def scorer_name(cfg: Mapping[str, Any]) -> str | None:
@@ -320,7 +391,8 @@ def run_axes(cfg: Mapping[str, Any], choices: Mapping[str, Any] | None = None) -
         "limit": cfg_get(cfg, "limit"),
         "refine": refine,
         "m": cfg_get(cfg, "refine.m") if refine == "flat_top_m" else None,
-        "descend_margin": cfg_get(cfg, "refine.descend_margin") if refine == "parent_relative" else None,
+        # flat_matched: the δ of the CANOPY evidence whose tokens it is matched to
+        "descend_margin": cfg_get(cfg, "refine.descend_margin") if refine in ("parent_relative", "flat_matched") else None,
         "k": cfg_get(cfg, "retrieval.k"),
         "B": cfg_get(cfg, "tree.branching"),
         "R": cfg_get(cfg, "loop.max_rounds"),
@@ -332,7 +404,7 @@ def run_axes(cfg: Mapping[str, Any], choices: Mapping[str, Any] | None = None) -
         "scorer": scorer_name(cfg),
         "encoder": cfg_get(cfg, "encoder.backbone") or cfg_get(cfg, "encoder.name"),
         "adapter": adapter,
-        "adapter_hash": adapter_hash,  # of the saved weights; adapter_scale multiplies their update
+        "adapter_hash": adapter_hash,  # of the weights loaded; adapter_scale multiplies their update
         "adapter_scale": None if adapter is None else float(cfg_get(cfg, "encoder.adapter_scale", 1.0)),
         "reader": cfg_get(cfg, "llm.model") or cfg_get(cfg, "llm.name"),
         "cap": cfg_get(cfg, "loop.reader_max_tokens"),
@@ -348,13 +420,6 @@ def write_run_axes(run_dir: str | Path, cfg: Any) -> Path:
     Interpolations are resolved where they can be (an unset env variable leaves the config as
     written); the group choices come from the running Hydra job, when there is one.
     """
-    from omegaconf import OmegaConf
-
-    if OmegaConf.is_config(cfg):
-        try:
-            cfg = OmegaConf.to_container(cfg, resolve=True)
-        except Exception:  # an unresolvable value elsewhere in the config must not stop the run
-            cfg = OmegaConf.to_container(cfg, resolve=False)
     choices: dict[str, Any] = {}
     try:
         from hydra.core.hydra_config import HydraConfig
@@ -364,7 +429,30 @@ def write_run_axes(run_dir: str | Path, cfg: Any) -> Path:
     except ImportError:  # pragma: no cover - hydra is a dependency
         pass
     path = Path(run_dir) / RUN_FILE
-    return atomic_write_text(path, json.dumps(run_axes(cfg, choices), indent=2, ensure_ascii=False) + "\n")
+    with naming(path):
+        return atomic_write_text(path, json.dumps(run_axes(plain_config(cfg), choices), indent=2, ensure_ascii=False) + "\n")
+
+
+def plain_config(cfg: Any) -> dict[str, Any]:
+    """A config as plain dicts, each top-level entry resolved where it can be: an unresolvable value (an
+    unset env variable) leaves only its own entry as written, and must not stop a run."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.is_config(cfg):
+        return dict(cfg)
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    except Exception:
+        raw = OmegaConf.to_container(cfg, resolve=False)
+        assert isinstance(raw, dict)
+        out: dict[str, Any] = {}
+        for key in raw:
+            try:
+                value = cfg[key]
+                out[key] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+            except Exception:
+                out[key] = raw[key]
+        return out
 
 
 def read_run_axes(run_dir: str | Path) -> dict[str, Any] | None:
@@ -379,3 +467,138 @@ def read_run_axes(run_dir: str | Path) -> dict[str, Any] | None:
     if not isinstance(axes, dict):
         raise ValueError(f"{path}: expected a JSON object")
     return axes
+
+
+# --- settings.json: what a run folder's records were made with ------------------------------------
+
+SETTINGS_FILE = "settings.json"
+# Config keys (or whole groups) that never change a record: how fast, how many, where, and post hoc
+# judging. Every other key of the resolved config is a setting, so a key added later is one too.
+ANSWER_NEUTRAL_KEYS = frozenset({
+    "threads", "concurrency", "progress", "limit", "retry_failed", "max_consecutive_failures", "resume",
+    "judge",  # verdicts go to judgements.jsonl, never into the records
+    "study",  # a label for reports
+    "paths",  # where the project, data, caches and run folder are (paths under them are kept relative)
+    "retrieval.cache_dir", "retrieval.node_cache_dir",  # caches keyed by what they hold
+    "loop.batched", "loop.max_batch",  # the same records as sequential (evaluate.yaml)
+    "llm.n_threads", "llm.base_url", "llm.api_key_env", "llm.timeout", "llm.max_retries", "llm.max_concurrency",
+})  # fmt: skip
+
+
+def _flat(tree: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in tree.items():
+        if isinstance(value, Mapping) and value:
+            yield from _flat(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def _answer_keys(tree: Mapping[str, Any]) -> dict[str, Any]:
+    """The flat ``a.b.c`` keys of ``tree`` but the answer-neutral ones."""
+    neutral = tuple(f"{k}." for k in ANSWER_NEUTRAL_KEYS)
+    return {k: v for k, v in _flat(tree) if k not in ANSWER_NEUTRAL_KEYS and not k.startswith(neutral)}
+
+
+def run_settings(cfg: Any) -> dict[str, Any]:
+    """What a run's records depend on: every key of the resolved config (flat, dotted) but
+    ``ANSWER_NEUTRAL_KEYS``, with paths under ``paths.*`` folders written relative to them (a moved
+    checkout is the same run), plus ``encoder.adapter_hash``: retrained weights at the same path change answers.
+    """
+    tree = plain_config(cfg)
+    tree.pop("hydra", None)
+    roots = sorted(
+        ((str(v).rstrip("/"), f"${{paths.{k}}}") for k, v in (tree.get("paths") or {}).items()
+         if isinstance(v, str) and v.startswith("/") and v.strip("/")),
+        key=lambda root: -len(root[0]),
+    )  # fmt: skip
+    settings: dict[str, Any] = {}
+    for key, value in _answer_keys(tree).items():
+        if isinstance(value, str):
+            root = next(((r, name) for r, name in roots if value == r or value.startswith(f"{r}/")), None)
+            value = value if root is None else root[1] + value[len(root[0]) :]
+        settings[key] = value
+    adapter_hash = adapter_axes(tree)[1]
+    if adapter_hash:
+        settings["encoder.adapter_hash"] = adapter_hash
+    return json.loads(json.dumps(settings, default=str))  # as settings.json holds them
+
+
+def settings_fingerprint(settings: Mapping[str, Any]) -> str:
+    """A short hash of ``run_settings``: one id for every run folder made with the same settings."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class RunFolderError(RuntimeError):
+    """A run folder holds something a run cannot continue from; the message names the file and the remedy."""
+
+
+def run_has_results(run_dir: str | Path) -> bool:
+    """Whether a run folder holds results of an earlier run: records in predictions.jsonl, or metrics.json.
+
+    Raises:
+        RunFolderError: a line of predictions.jsonl before the last is not JSON (names file and line).
+    """
+    run_dir = Path(run_dir)
+    try:
+        records = read_predictions(run_dir / "predictions.jsonl")
+    except ValueError as err:
+        raise RunFolderError(f"{err}; fix or remove that line to resume") from None
+    return bool(records) or (run_dir / "metrics.json").is_file()
+
+
+def settings_changes(run_dir: str | Path, cfg: Any) -> list[tuple[str, Any, Any]]:
+    """``(key, recorded, now)`` for every setting of ``cfg`` that differs from the ones ``run_dir``'s
+    results were made with ([] when they match, or when nothing recorded them).
+
+    ``settings.json`` holds them; a run folder written before that file existed is compared on Hydra's
+    ``.hydra/config.yaml`` instead: unresolved values of the keys both configs have.
+    """
+    run_dir = Path(run_dir)
+    absent = "<absent>"
+    stored = run_dir / SETTINGS_FILE
+    if stored.is_file():
+        try:
+            recorded = json.loads(stored.read_text(encoding="utf-8"))["settings"]
+        except (ValueError, KeyError, TypeError) as err:
+            raise RunFolderError(f"{stored}: not a settings file ({err}); restore it, or use another hydra.run.dir") from None
+        now = run_settings(cfg)
+        keys = sorted(recorded.keys() | now.keys())
+        return [(k, recorded.get(k, absent), now.get(k, absent)) for k in keys if recorded.get(k, absent) != now.get(k, absent)]
+    legacy = run_dir / ".hydra" / "config.yaml"
+    if not legacy.is_file():
+        return []
+    import yaml
+    from omegaconf import OmegaConf
+
+    try:
+        old = _answer_keys(yaml.safe_load(legacy.read_text(encoding="utf-8")) or {})
+    except (yaml.YAMLError, AttributeError) as err:
+        raise RunFolderError(f"{legacy}: not a Hydra config ({err}); restore it, or use another hydra.run.dir") from None
+    new = _answer_keys(OmegaConf.to_container(cfg, resolve=False) if OmegaConf.is_config(cfg) else cfg)
+    return [(k, old[k], new[k]) for k in sorted(old.keys() & new.keys()) if old[k] != new[k]]
+
+
+def write_run_settings(run_dir: str | Path, cfg: Any) -> Path:
+    """``<run_dir>/settings.json``: the settings (``run_settings``) and their fingerprint, written atomically."""
+    settings = run_settings(cfg)
+    text = json.dumps({"fingerprint": settings_fingerprint(settings), "settings": settings}, indent=1, ensure_ascii=False)
+    path = Path(run_dir) / SETTINGS_FILE
+    with naming(path):
+        return atomic_write_text(path, text + "\n")
+
+
+def write_hydra_files(run_dir: str | Path, cfg: Any) -> None:
+    """``.hydra/config.yaml``, ``hydra.yaml`` and ``overrides.yaml`` as Hydra writes them at job start, which
+    the evaluate config turns off (``hydra.output_subdir: null``) so that they are written only once the run
+    folder is locked and checked. Outside a Hydra job only ``config.yaml``."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    files = {"config.yaml": OmegaConf.to_yaml(cfg)}
+    if HydraConfig.initialized():
+        files["hydra.yaml"] = OmegaConf.to_yaml(HydraConfig.instance().cfg)
+        files["overrides.yaml"] = OmegaConf.to_yaml(HydraConfig.get().overrides.task)
+    for name, text in files.items():
+        path = Path(run_dir) / ".hydra" / name
+        with naming(path):
+            atomic_write_text(path, text)

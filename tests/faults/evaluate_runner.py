@@ -22,6 +22,11 @@ from hydra.core.global_hydra import GlobalHydra
 ROOT = Path(__file__).resolve().parents[2]
 # A loopback port with no listener: every request is refused at once.
 DEAD_SERVER = "http://127.0.0.1:9/v1"
+# ``python -c LOCK_HOLDER RUN_DIR``: a live process holding the run folder's lock (prints "held").
+LOCK_HOLDER = (
+    "import sys, time; from canopy_lit.eval.records import RunLock; RunLock(sys.argv[1]).acquire(); "
+    "print('held', flush=True); time.sleep(120)"
+)
 
 
 @dataclass
@@ -67,3 +72,12 @@ def records(run_dir: Path) -> list[dict]:
 
 def metrics(run_dir: Path) -> dict[str, float]:
     return json.loads((run_dir / "metrics.json").read_text())
+
+
+def folder_state(run_dir: Path, skip: tuple[str, ...] = ()) -> dict[str, tuple[bytes, int]]:
+    """Every file under ``run_dir`` (``.hydra/`` too): relative path -> (bytes, mtime in ns)."""
+    return {
+        p.relative_to(run_dir).as_posix(): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(run_dir.rglob("*"))
+        if p.is_file() and p.relative_to(run_dir).as_posix() not in skip
+    }

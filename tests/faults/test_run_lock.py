@@ -14,19 +14,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from evaluate_runner import DEAD_SERVER, records, run_script
+from evaluate_runner import DEAD_SERVER, LOCK_HOLDER, records, run_script
 
 from canopy_lit.eval.records import RecordLog, RunLock, RunLocked, read_predictions
 from canopy_lit.report.runs import Run
-
-HOLD = "import sys, time; from canopy_lit.eval.records import RunLock; RunLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(120)"
 
 
 @pytest.fixture
 def holder(tmp_path: Path):
     """A live process holding ``tmp_path / "run"``; yields it (killed afterwards)."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", HOLD, str(tmp_path / "run")], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", LOCK_HOLDER, str(tmp_path / "run")], stdout=subprocess.PIPE, text=True
     )
     assert proc.stdout.readline().strip() == "held"
     yield proc
