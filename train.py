@@ -4,23 +4,33 @@
     python train.py experiment=shared_lora                      # paper recipe, Qwen3-VL-Embedding-2B, DDP
     python train.py ... hydra.run.dir=DIR ckpt_path=last       # resume DIR/checkpoints/last.ckpt
 
-Writes DIR/adapter/ (peft adapter + encoder fingerprint), DIR/metrics.json (both atomically),
-DIR/checkpoints/ (best by val/decision_accuracy + last.ckpt every N steps, at epoch ends and on
-SIGTERM). Exit status: 0 done; 2 an invalid config (nothing ran); 143 stopped by SIGTERM (resumable).
+Writes DIR/adapter/ (peft adapter + encoder fingerprint; the best validation checkpoint's, saved when fit
+ends), DIR/metrics.json (after the test; both atomically), DIR/checkpoints/ (best by val/decision_accuracy +
+last.ckpt every N steps, at epoch ends and on SIGTERM). Exit status: 0 done; 1 the run folder is not
+writable (nothing changed); 2 an invalid config, an empty split, or a checkpoint to resume that was
+trained on other data (nothing ran); 143 stopped by SIGTERM in any phase (resume with ckpt_path=last).
 Returns the best val/decision_accuracy to Hydra sweepers (never a test score).
 """
 
 from __future__ import annotations
 
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
+from canopy_lit.schema import USAGE_ERROR, ConfigError
 from canopy_lit.train import run
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    metrics = run(cfg)
+    try:
+        metrics = run(cfg)
+    except ConfigError as err:  # e.g. Lightning restoring a checkpoint made on other data
+        for line in err.problems:
+            print(f"error: {line}", file=sys.stderr)
+        sys.exit(USAGE_ERROR)
     # The value Hydra sweepers optimise: validation only (choosing hyperparameters on test would leak it).
     return metrics.get("val/best_decision_accuracy")
 

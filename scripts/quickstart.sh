@@ -81,9 +81,9 @@ $SETSID bash -c 'ONE=($ONE_STR); lane_f0' > "$OUT/lane_f0.log" 2>&1 &
 LANE=$!
 trap 'kill -- -"$LANE" 2>/dev/null || kill "$LANE" 2>/dev/null || true' EXIT
 
-# 2. Train (skipped when the adapter exists).
-if [ ! -f "$OUT/train/adapter/adapter_config.json" ]; then
-  python train.py experiment=quickstart hydra.run.dir="$OUT/train"
+# 2. Train (skipped once finished: metrics.json is written last; a stopped run resumes from last.ckpt).
+if [ ! -f "$OUT/train/metrics.json" ]; then
+  python train.py experiment=quickstart hydra.run.dir="$OUT/train" ckpt_path=last
 fi
 touch "$OUT/train/.done"
 ADAPTER=$(realpath "$OUT/train/adapter")

@@ -26,11 +26,13 @@ from canopy_lit.data.benchmark import load_benchmark
 from canopy_lit.data.splits import split_questions
 from canopy_lit.encoders.base import EncoderInput
 from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.schema import ConfigError
 from canopy_lit.supervision import Instance, add_hard_negatives, training_instances
 from canopy_lit.supervision import InstanceStats as SplitStats
 from canopy_lit.types import NodeInput, Question, Tree
 
 log = logging.getLogger(__name__)
+_UNSET = object()
 
 Tokenize = Callable[[Sequence[EncoderInput]], dict[str, torch.Tensor]]
 SPLITS = ("train", "val", "test")
@@ -253,6 +255,8 @@ class PreferenceCollate:
         ``mask`` / ``tie_ok``: (N, P) bool; ``benchmark`` / ``depth``: (N,) long;
         ``stop``: (N,) bool, v is fully gold (its pairs are v ≻ every child);
         ``question_ids`` / ``item_ids``: (N,) the instance's (question, gold item);
+        ``node_keys``: (U,) (text, frames) of each distinct node, only when some node has frames: visual
+        nodes may share a text (the eval embedding cache keys on these);
         ``pair_in_tree``: (N, P) bool, only when some example has hard negatives: True for P(v)'s pairs,
         False for gold node ≻ distractor node (the loss reads ``mask``, decision metrics only these).
     """
@@ -340,6 +344,11 @@ class PreferenceCollate:
         }
         if not torch.equal(in_tree, mask):  # only then: batches without hard negatives stay as they were
             batch["pair_in_tree"] = in_tree
+        if any(x.frames for x in node_inputs):  # text-only batches: the texts are the keys
+            # (path, t) tuples, not Frames: Lightning's batch transfer rejects frozen dataclasses.
+            batch["node_keys"] = [
+                (x.text, tuple((f.path, f.t) for f in x.frames)) if x.frames else x.text for x in node_inputs
+            ]
         if self.tokenize is not None:
             text_only = not any(x.frames for x in node_inputs)
             batch["node_tokens"] = self.tokens(batch["node_texts"] if text_only else node_inputs)
@@ -356,6 +365,29 @@ def _named(benchmarks: Mapping[str, Mapping[str, Any] | None] | Sequence[str] | 
     if isinstance(benchmarks, Mapping):
         return {str(k): dict(v or {}) for k, v in benchmarks.items()}
     return {str(b): {} for b in benchmarks}
+
+
+def _flat(value: Any, prefix: str) -> dict[str, Any]:
+    """Nested mappings as ``{"a.b.c": leaf}`` (one entry per setting, so a difference names its key); leaves
+    become plain values, so a checkpoint holding them still loads with ``torch.load(weights_only=True)``."""
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(_flat(v, f"{prefix}.{k}"))
+        return out
+    return {prefix: _plain(value)}
+
+
+def _plain(value: Any) -> Any:
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, Sequence):
+        return [_plain(v) for v in value]
+    return str(value)  # e.g. a Path
+
+
+def _show(settings: Mapping[str, Any], key: str) -> str:
+    return repr(settings[key]) if key in settings else "unset"
 
 
 def _key(x: EncoderInput) -> Any:
@@ -581,16 +613,98 @@ class PreferenceDataModule(L.LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         return self._loader("test")
 
+    # --------------------------------------------------------------- checks
+    def check_splits(self, test: bool = True) -> None:
+        """Every in-domain benchmark has train and val instances and, with ``test``, every benchmark has
+        test instances; call after ``setup`` and before fitting.
+
+        Raises:
+            ConfigError: one line per empty split, naming the benchmark and its question counts.
+        """
+        problems = []
+        for name, stats in self.stats.items():
+            zero_shot = name in self.zero_shot_names
+            needed = ["test"] if zero_shot else ["train", "val", "test"]
+            for split in needed if test else [s for s in needed if s != "test"]:
+                if stats[split].instances:
+                    continue
+                counts = ", ".join(f"{s} {st.questions}" for s, st in stats.items())
+                fix = "set test=false" if split == "test" else "list it under datamodule.zero_shot (test only)"
+                problems.append(
+                    f"datamodule: benchmark {name} has no {split} instances (questions per split: {counts}): "
+                    f"add questions{'' if zero_shot and split == 'test' else ', or ' + fix}"
+                )
+        for split in ("train", "val", "test") if test else ("train", "val"):
+            if not self.stats and not self.examples.get(split):
+                problems.append(f"datamodule: no {split} instances in {self.benchmark_names}")
+        if problems:
+            raise ConfigError(problems)
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        """The settings that decide which instances exist and how they are batched, flat ``key -> value``.
+
+        Checkpoints store it; a resume must match it (:meth:`check_fingerprint`). Loader mechanics
+        (workers, pinned memory) are left out: they never change a batch.
+        """
+        return {
+            "benchmarks": list(self.in_domain_names),
+            "zero_shot": list(self.zero_shot_names),
+            **_flat(self.benchmark_options, "options"),
+            "tree.branching": self.hierarchy.branching,
+            "tree.renderer": self.hierarchy.fingerprint,
+            "batch_size": self.batch_size,
+            "seed": self.seed,
+            "val_fraction": self.val_fraction,
+            "group_by_item": self.group_by_item,
+            "hard_negatives": self.hard_negatives,
+        }
+
+    def check_fingerprint(self, stored: Mapping[str, Any], source: str = "the checkpoint") -> None:
+        """Refuse to continue a training state made on other data than this datamodule's.
+
+        Raises:
+            ConfigError: one line naming each differing ``datamodule.*`` setting, stored vs. this run.
+        """
+        mine = self.fingerprint
+        both = set(stored.get("benchmarks", [])) | set(stored.get("zero_shot", []))
+        both &= set(self.benchmark_names)
+        diffs = []
+        for key in sorted(set(stored) | set(mine), key=lambda k: (k.startswith("options."), k)):
+            if key.startswith("options.") and key.split(".")[1] not in both:
+                continue  # a benchmark added or dropped: its names differ already
+            if stored.get(key, _UNSET) != mine.get(key, _UNSET):
+                diffs.append(f"datamodule.{key} {_show(stored, key)} there, {_show(mine, key)} here")
+        if diffs:
+            raise ConfigError([
+                f"{source} was trained on other data than this run's datamodule ({'; '.join(diffs)}): resume "
+                "with the same datamodule settings, or train in a new run folder (encoder.adapter=<run>/adapter "
+                "starts from its adapter)"
+            ])
+
     # --------------------------------------------------------------- checkpoint state
     def state_dict(self) -> dict[str, Any]:
-        """The train sampler's epoch and seed (Lightning stores this in every checkpoint)."""
+        """The train sampler's epoch and seed and the data fingerprint (Lightning stores this in every checkpoint)."""
         sampler = self.samplers.get("train")
-        return {"train_sampler": sampler.state_dict() if sampler else {"epoch": self._train_epoch, "seed": self.seed}}
+        return {
+            "train_sampler": sampler.state_dict() if sampler else {"epoch": self._train_epoch, "seed": self.seed},
+            "fingerprint": self.fingerprint,
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the sampler position after checking the checkpoint was trained on this data.
+
+        Raises:
+            ConfigError: the checkpoint's data settings differ (:meth:`check_fingerprint`).
+        """
         state = state_dict.get("train_sampler") or {}
-        if "seed" in state and int(state["seed"]) != self.seed:
-            log.warning("checkpoint batch order used seed %s, this run uses %s", state["seed"], self.seed)
+        if "fingerprint" in state_dict:
+            self.check_fingerprint(state_dict["fingerprint"])
+        else:
+            log.warning("the checkpoint has no datamodule fingerprint (an older version wrote it): "
+                        "cannot check that it was trained on this data")
+            if "seed" in state and int(state["seed"]) != self.seed:
+                log.warning("checkpoint batch order used seed %s, this run uses %s", state["seed"], self.seed)
         self._train_epoch = int(state.get("epoch", 0))
         if "train" in self.samplers:
             self.samplers["train"].load_state_dict(state)

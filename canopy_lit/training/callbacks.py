@@ -22,6 +22,7 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 log = logging.getLogger(__name__)
@@ -147,6 +148,11 @@ class ResumableCheckpoint(L.Callback):
             self._save(trainer, "periodic")
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Lightning calls ModelCheckpoint callbacks after every other one: those that save at epoch end record
+        # this epoch's best first, so a resume knows it (their own call then skips the step they saw).
+        for callback in trainer.checkpoint_callbacks:
+            if isinstance(callback, ModelCheckpoint):
+                callback.on_train_epoch_end(trainer, pl_module)
         self._save(trainer, "epoch end")  # after the epoch's validation: the fullest state of that step
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
