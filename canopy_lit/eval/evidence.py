@@ -2,18 +2,26 @@
 
 Per question: retrieve top-k (the ``retriever`` group), build trees (B), score, refine with the
 ``refine`` group (canopy, keep-whole, flat, extractive, flat at canopy's token count), one
-round, no critic, no reader call; then measure the evidence the reader would get:
+round, no critic, no reader call; then measure the evidence the reader would get, after the
+reader cap (``loop.reader_max_tokens``), every measure alike:
 
-- ``evidence/answer_recall``: share of questions whose kept evidence contains a gold answer
+- ``evidence/answer_recall``: share of questions whose evidence contains a gold answer
   (SQuAD-normalised tokens; bare numbers compared as numbers, so "1,234.5" = "1234.5",
   "(5.3)" = "-5.3", "12.5%" = "12.5"). TAT-QA multi-span answers need every span, arithmetic
   answers every derivation operand, count answers every counted cell; yes/no answers are
   left out (``evidence/answer_recall_n`` counts the questions measured);
-- ``evidence/gold_recall``: gold leaves inside the kept evidence / gold leaves of the retrieved
-  gold items (micro over questions, as ``probe/gold_recall``);
+- ``evidence/answer_recall_content``: the same questions, the answer looked up in the items'
+  regions only: titles, table captions and column headers left out. They reach the reader with any
+  region of an item, and CANOPY keeps a region of every retrieved item (flat and extractive may
+  keep none), so the gap between the two is the recall that titles and headers carry;
+- ``evidence/gold_recall``: gold leaves the reader gets / gold leaves of the retrieved gold items
+  (micro over questions, as ``probe/gold_recall``); a leaf cut at a token boundary is not got;
 - ``evidence/item_recall``: gold items retrieved at k / gold items (mean over questions with gold);
-- ``evidence/tokens``: evidence tokens per question in the reader's tokenizer, after the reader
-  cap; ``evidence/kept_ratio``: kept / whole-item tokens of the retrieved items (micro).
+- ``evidence/tokens``: evidence tokens per question in the reader's tokenizer;
+  ``evidence/kept_ratio``: those / whole-item tokens of the retrieved items (micro);
+- the cap's effect: ``evidence/tokens_before_cap`` (the refiner's evidence, uncapped),
+  ``evidence/truncated_items`` (items cut or dropped per question) and
+  ``evidence/truncated_questions`` (share of questions the cap cut).
 
 Records go to ``predictions.jsonl`` through the resumable harness; 95% bootstrap CIs over
 questions sit beside each metric (``*_ci_low`` / ``*_ci_high``).
@@ -21,6 +29,8 @@ questions sit beside each metric (``*_ci_low`` / ``*_ci_high``).
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import functools
 import math
 import re
@@ -46,7 +56,7 @@ from canopy_lit.pipeline.build import (
     build_scorer,
     load_questions,
 )
-from canopy_lit.pipeline.loop import EvidenceLoop, LoopSettings
+from canopy_lit.pipeline.loop import EvidenceLoop, LoopSettings, ReaderBlock
 from canopy_lit.pipeline.retrievers import CandidateRetriever
 from canopy_lit.pipeline.trace import STAGES, QuestionRecord
 from canopy_lit.refine import ParentRelativeRefiner, Refiner, leaf_ids
@@ -203,16 +213,20 @@ def token_counter(spec: str) -> TokenCounter:
 class FlatMatchedRefiner:
     """Flat baseline at a matched budget: the best-scoring leaves until the reference's token count.
 
-    For each call (one question's round), the ``reference`` refiner (CANOPY) runs on the same
-    scores; its evidence is counted in the reader's tokens; then leaves of all items are added in
-    score order, each only if the total stays within that count (a leaf that does not fit is
-    skipped, smaller ones may still fit). Flat evidence is thus never longer than CANOPY's.
-    Tables flagged for aggregation are kept whole by both and count against the budget.
+    For each call (one question's round), the ``reference`` refiner (CANOPY with the δ of the run it
+    is matched to) runs on the same scores; its evidence is counted in the reader's tokens; then
+    leaves of all items are added in score order, each only if the total stays within that count (a
+    leaf that does not fit is skipped, smaller ones may still fit). Flat evidence is thus never longer
+    than CANOPY's. Both are charged what the reader is handed: an item of which nothing is kept gets
+    no block from the loop, so it costs nothing (not even its title). Tables flagged for aggregation
+    are kept whole by both and count against the budget.
 
     Args:
         tokenizer: the reader's tokenizer spec (``token_counter``), e.g. ``qwen2.5-1.5b``.
-        reference: the refiner whose token count is matched (default: parent-relative).
+        reference: the refiner whose token count is matched (default: parent-relative with
+            ``descend_margin``).
         hierarchy: renders evidence (rendering does not depend on B); default builders.
+        descend_margin: δ of the CANOPY run this one is matched to (its ``refine.descend_margin``).
     """
 
     name = "flat_matched"
@@ -220,10 +234,16 @@ class FlatMatchedRefiner:
     lazy = False  # every leaf is a candidate: score every node
 
     def __init__(
-        self, tokenizer: str, reference: Refiner | None = None, hierarchy: Hierarchy | None = None
+        self,
+        tokenizer: str,
+        reference: Refiner | None = None,
+        hierarchy: Hierarchy | None = None,
+        descend_margin: float = 0.0,
     ) -> None:
+        if reference is not None and descend_margin:
+            raise ValueError("refine.descend_margin sets the default reference's δ: set it on refine.reference")
         self.tokenizer = tokenizer
-        self.reference = reference or ParentRelativeRefiner(lazy=False)
+        self.reference = reference or ParentRelativeRefiner(lazy=False, descend_margin=descend_margin)
         self.hierarchy = hierarchy or Hierarchy()
         self.last_budget = 0  # tokens of the reference's evidence in the latest call (for records)
 
@@ -232,8 +252,9 @@ class FlatMatchedRefiner:
         return token_counter(self.tokenizer)
 
     def _tokens(self, tree: Tree, kept: Sequence[int]) -> int:
-        # An item with nothing kept still reaches the reader as its title and an ellipsis (the loop
-        # renders every retrieved item), so it is counted like any block.
+        """Reader tokens of the block the loop renders for ``kept`` (none when nothing is kept)."""
+        if not kept:
+            return 0
         return self.count(self.hierarchy.evidence_text(tree, sorted(kept, key=lambda i: int(tree.starts[i]))))
 
     def __call__(
@@ -255,9 +276,7 @@ class FlatMatchedRefiner:
             for v in leaf_ids(t)
         ]
         cand.sort(key=lambda x: (-x[0], x[1], int(trees[x[1]].starts[x[2]])))
-        for _, j, v in cand:
-            if total >= budget:
-                break
+        for _, j, v in cand:  # on past a full budget too: a leaf that closes an elided gap may cost nothing
             # A leaf costs at least its own tokens less a few merged at the seams: skip hopeless ones
             # without re-rendering the item (the exact check below decides the rest).
             if self.count(self.hierarchy.evidence_text(trees[j], [v])) - 8 > budget - total + cost[j]:
@@ -358,15 +377,19 @@ class EvidenceRunner:
         self.capture = capture
 
     def __call__(self, question: Question) -> EvidenceRecord:
-        rec = self.loop.run(question)
+        rec, capped = self.loop.run_with_evidence(question)
         blocks = self.capture.blocks.pop(question.id, [])
-        kept = {k.item_id: k.leaf_ranges for rd in rec.rounds for k in rd.kept}
+        items = [k for rd in rec.rounds for k in rd.kept]
+        # Every measure is of what the reader gets, after the reader cap.
+        delivered = {k.item_id: k.delivered_ranges for k in items}
         retrieved = [i for rd in rec.rounds for i in rd.retrieved]
-        hit, total = gold_leaf_counts(question.gold, kept)
+        hit, total = gold_leaf_counts(question.gold, delivered)
         needles = answer_needles(question)
+        content = "\n\n".join(c for c in (content_text(self.loop.hierarchy, b) for b in capped.items) if c)
         budget = getattr(self.loop.refiner, "last_budget", None)
         ev = {
             "answer_found": answer_found(needles, "\n\n".join(blocks)),
+            "answer_found_content": answer_found(needles, content),
             "answer_needles": needles,
             "answer_type": question.meta.get("answer_type"),
             "gold_items": len(question.gold),
@@ -374,12 +397,34 @@ class EvidenceRunner:
             "gold_leaves": total,
             "gold_leaves_kept": hit,
             "tokens": rec.evidence_tokens,
-            "item_tokens": sum(k.item_tokens for rd in rec.rounds for k in rd.kept),
-            "kept_tokens": sum(k.kept_tokens for rd in rec.rounds for k in rd.kept),
+            "item_tokens": sum(k.item_tokens for k in items),
+            "kept_tokens": sum(k.delivered_tokens for k in items),
+            "tokens_before_cap": sum(k.kept_tokens for k in items),
+            "truncated_items": rec.truncated_items,
         }
         if budget is not None:
             ev["budget_tokens"] = budget
         return EvidenceRecord(rec, ev)
+
+
+def content_text(hierarchy: Hierarchy, block: ReaderBlock) -> str:
+    """What the reader gets of an item's regions: its block without the item's title, table caption and
+    column header, which reach the reader with any region of the item (CANOPY keeps one of every
+    retrieved item, flat and extractive may keep none)."""
+    tree = block.evidence.tree
+    item = tree.item
+    if block.cap == "dropped" or (not block.node_ids and block.cut_leaf is None):
+        return ""
+    bare = copy.copy(tree)
+    bare.item = dataclasses.replace(
+        item, title="", table=dataclasses.replace(item.table, header=[], caption="") if item.table else None
+    )
+    if block.cut_leaf is None:
+        return hierarchy.evidence_text(bare, block.node_ids)
+    # Cut at a token boundary: the renderings with and without the header share the cut-off tail.
+    tail = len(hierarchy.evidence_text(tree, [block.cut_leaf])) - block.cut_chars
+    text = hierarchy.evidence_text(bare, [block.cut_leaf])
+    return text[: max(0, len(text) - tail)]
 
 
 def score_evidence(rec: Mapping[str, Any], question: Question) -> dict[str, float]:
@@ -388,6 +433,8 @@ def score_evidence(rec: Mapping[str, Any], question: Question) -> dict[str, floa
     out: dict[str, float] = {"tokens": float(ev.get("tokens", 0))}
     if ev.get("answer_found") is not None:
         out["answer_recall"] = float(ev["answer_found"])
+    if ev.get("answer_found_content") is not None:
+        out["answer_recall_content"] = float(ev["answer_found_content"])
     if ev.get("gold_items"):
         out["item_recall"] = ev["gold_items_retrieved"] / ev["gold_items"]
     if ev.get("gold_leaves"):
@@ -429,6 +476,10 @@ def summarize_evidence(records: Sequence[Mapping[str, Any]], prefix: str = "evid
     found += [0.0] * (len(recs) - len(ok))  # a failed question delivered no evidence
     put("answer_recall", found)
     out[f"{prefix}/answer_recall_n"] = float(len(found))
+    # The same questions, the answer looked up in the items' regions only (titles and headers left out).
+    content = [float(e["answer_found_content"]) for e in evs if e.get("answer_found_content") is not None]
+    if content:
+        put("answer_recall_content", content + [0.0] * (len(recs) - len(ok)))
     for kind in sorted({str(e["answer_type"]) for e in evs if e.get("answer_type")}):
         sub = [
             float(e["answer_found"])
@@ -447,6 +498,11 @@ def summarize_evidence(records: Sequence[Mapping[str, Any]], prefix: str = "evid
             out[f"{prefix}/{name}"] = sum(n) / sum(d)
             out[f"{prefix}/{name}_ci_low"], out[f"{prefix}/{name}_ci_high"] = bootstrap_ratio_ci(n, d)
     put("tokens", [float(e.get("tokens", 0)) for e in evs])
+    if evs and all("truncated_items" in e for e in evs):
+        # The reader cap's effect: items cut or dropped per question, the share of questions it cut.
+        out[f"{prefix}/tokens_before_cap"] = float(np.mean([e["tokens_before_cap"] for e in evs]))
+        out[f"{prefix}/truncated_items"] = float(np.mean([e["truncated_items"] for e in evs]))
+        out[f"{prefix}/truncated_questions"] = float(np.mean([e["truncated_items"] > 0 for e in evs]))
     budgets = [float(e["budget_tokens"]) for e in evs if "budget_tokens" in e]
     if budgets:
         out[f"{prefix}/budget_tokens"] = float(np.mean(budgets))
@@ -496,6 +552,7 @@ def build_evidence_runner(cfg: DictConfig, bench: Any) -> EvidenceRunner:
 EVIDENCE_COLUMNS = [
     "evidence/n",
     "evidence/answer_recall",
+    "evidence/answer_recall_content",
     "evidence/gold_recall",
     "evidence/item_recall",
     "evidence/tokens",
@@ -548,8 +605,10 @@ def compare_runs(run_a: str | Path, run_b: str | Path) -> dict[str, float]:
 
     Returns:
         ``answer_recall_diff`` (A - B, in [−1, 1]) with ``_ci_low`` / ``_ci_high`` over the questions
-        measurable in both; ``token_ratio`` = tokens A / tokens B (sum over questions) with its CI;
-        ``n`` paired questions, ``n_answer`` of them with a measurable answer.
+        measurable in both; ``answer_recall_content_diff`` the same with the answer looked up in the
+        items' regions only (titles and headers left out; runs that recorded it); ``token_ratio`` =
+        tokens A / tokens B (sum over questions) with its CI; ``n`` paired questions, ``n_answer`` of
+        them with a measurable answer.
     """
     recs = [{r["id"]: r for r in read_predictions(Path(p) / "predictions.jsonl")} for p in (run_a, run_b)]
     ids = [i for i in recs[0] if i in recs[1]]
@@ -557,7 +616,8 @@ def compare_runs(run_a: str | Path, run_b: str | Path) -> dict[str, float]:
         raise ValueError(f"{run_a} and {run_b} share no recorded question")
 
     def ev(r: Mapping[str, Any]) -> Mapping[str, Any]:
-        return r.get("evidence") or {} if r.get("status") == "ok" else {"answer_found": False, "tokens": 0}
+        failed = {"answer_found": False, "answer_found_content": False, "tokens": 0}
+        return r.get("evidence") or {} if r.get("status") == "ok" else failed
 
     pairs = [(ev(recs[0][i]), ev(recs[1][i])) for i in ids]
     both = [
@@ -568,12 +628,23 @@ def compare_runs(run_a: str | Path, run_b: str | Path) -> dict[str, float]:
     )
     ta, tb = [float(x.get("tokens", 0)) for x, _ in pairs], [float(y.get("tokens", 0)) for _, y in pairs]
     rlo, rhi = bootstrap_ratio_ci(ta, tb)
+    content: dict[str, float] = {}
+    if all("answer_found_content" in e for pair in both for e in pair):
+        cdiff, clo, chi = paired_difference(
+            [float(x["answer_found_content"]) for x, _ in both], [float(y["answer_found_content"]) for _, y in both]
+        )
+        content = {
+            "answer_recall_content_diff": cdiff,
+            "answer_recall_content_diff_ci_low": clo,
+            "answer_recall_content_diff_ci_high": chi,
+        }
     return {
         "n": float(len(ids)),
         "n_answer": float(len(both)),
         "answer_recall_diff": diff,
         "answer_recall_diff_ci_low": lo,
         "answer_recall_diff_ci_high": hi,
+        **content,
         "token_ratio": sum(ta) / sum(tb) if sum(tb) else float("nan"),
         "token_ratio_ci_low": rlo,
         "token_ratio_ci_high": rhi,
@@ -594,13 +665,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(
-        f"paired questions {c['n']:.0f} ({c['n_answer']:.0f} with a measurable answer)\n"
-        f"answer recall A - B: {100 * c['answer_recall_diff']:+.1f} points "
-        f"[{100 * c['answer_recall_diff_ci_low']:+.1f}, {100 * c['answer_recall_diff_ci_high']:+.1f}]\n"
+    def points(key: str) -> str:
+        return f"{100 * c[key]:+.1f} points [{100 * c[key + '_ci_low']:+.1f}, {100 * c[key + '_ci_high']:+.1f}]"
+
+    lines = [
+        f"paired questions {c['n']:.0f} ({c['n_answer']:.0f} with a measurable answer)",
+        f"answer recall A - B: {points('answer_recall_diff')}",
+    ]
+    if "answer_recall_content_diff" in c:
+        lines.append(f"answer recall A - B, titles and headers left out: {points('answer_recall_content_diff')}")
+    lines.append(
         f"tokens A / B: {c['token_ratio']:.3f} [{c['token_ratio_ci_low']:.3f}, {c['token_ratio_ci_high']:.3f}] "
         f"({abs(100 * (1 - c['token_ratio'])):.0f}% {'fewer' if c['token_ratio'] <= 1 else 'more'})"
     )
+    print("\n".join(lines))
     return 0
 
 

@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from canopy_lit.data import load_split
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.llm import AggregationClassifier, LLMReader
+from canopy_lit.llm.roles import CRITIC_MAX_TOKENS, evidence_room
 from canopy_lit.pipeline.batched import BatchedQuestionRunner, BatchingLLM
 from canopy_lit.pipeline.controllers import AggregationAdapter, ReaderAdapter
 from canopy_lit.pipeline.extractive import scorer_encoder
@@ -54,13 +55,19 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def load_questions(cfg: DictConfig, notify: Callable[[str], None] = _stderr) -> tuple[Any, list[Any]]:
+def load_questions(
+    cfg: DictConfig, notify: Callable[[str], None] = _stderr, *, need_answers: bool = False
+) -> tuple[Any, list[Any]]:
     """The benchmark and the configured split of its questions (first ``limit`` of them).
 
     Skipped records are never silent: one ``notify`` line per reason (the harness's writes to stderr
     and the run log; metrics.json gets ``data/skipped/*`` from ``bench.skip_metrics()``).
+    ``need_answers`` (QA, which scores answers): questions without a gold answer are skipped as
+    ``no_answer`` before ``limit`` is applied.
     """
     bench, questions = load_split(**OmegaConf.to_container(cfg.data, resolve=True))
+    if need_answers:
+        questions = bench.answered(questions)
     for line in bench.skip_messages():
         notify(line)
     if cfg.get("limit"):
@@ -135,6 +142,14 @@ def build_loop(cfg: DictConfig, bench: Any) -> QuestionRunner:
         max_batch = cfg.loop.get("max_batch")
         llm = BatchingLLM(llm, max_batch=int(max_batch) if max_batch else None)
     settings = loop_settings(cfg)
+    reader_tokens = int(cfg.get("reader", {}).get("max_tokens", 32))
+    room = evidence_room(llm, max(reader_tokens, CRITIC_MAX_TOKENS))
+    if room is not None and room < settings.reader_max_tokens:  # a prompt the backend refuses answers nothing
+        _stderr(
+            f"loop.reader_max_tokens={settings.reader_max_tokens} does not fit the llm's context of "
+            f"{llm.context_length} tokens: the critic and the reader get at most {room} evidence tokens"
+        )
+        settings.reader_max_tokens = room
     retrieving = settings.max_rounds > 0 and settings.k > 0
     encoder = build_encoder(cfg) if (retrieving or refiner.needs_scores) else None
     scorer = build_scorer(cfg, encoder, hierarchy, refiner)
@@ -143,7 +158,7 @@ def build_loop(cfg: DictConfig, bench: Any) -> QuestionRunner:
         retriever,
         hierarchy,
         refiner,
-        ReaderAdapter(LLMReader(llm, max_tokens=int(cfg.get("reader", {}).get("max_tokens", 32)))),
+        ReaderAdapter(LLMReader(llm, max_tokens=reader_tokens)),
         llm.count_tokens,
         scorer=scorer,
         controller=build_controller(cfg, llm, hierarchy),

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.hierarchy.base import ELISION
 from canopy_lit.pipeline.scoring import NodeScorer
 from canopy_lit.pipeline.trace import KeptItem, QuestionRecord, RoundTrace, StageTimer
 from canopy_lit.refine import LazyRefiner, Refiner
@@ -41,6 +42,55 @@ class Decision:
     stop: bool
     followup: str | None = None
     raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ReaderBlock:
+    """What the reader cap left of one held item.
+
+    Attributes:
+        evidence: the held item and the regions its refiner kept.
+        node_ids: the kept regions the reader gets whole.
+        text: the block as the reader gets it ("" when dropped).
+        tokens: its reader tokens.
+        cap: ``whole``, ``regions`` (cut at a region boundary), ``tokens`` (cut inside ``cut_leaf``)
+            or ``dropped`` (``trace.CAP_OUTCOMES``).
+        cut_leaf: the leaf cut at a token boundary; ``cut_chars``: characters of
+            ``evidence_text(tree, [cut_leaf])`` before the cut.
+    """
+
+    evidence: Evidence
+    node_ids: list[int]
+    text: str
+    tokens: int
+    cap: str
+    cut_leaf: int | None = None
+    cut_chars: int = 0
+
+    def delivered_ranges(self) -> list[tuple[int, int]]:
+        tree = self.evidence.tree
+        return [(int(tree.starts[v]), int(tree.ends[v])) for v in self.node_ids]
+
+
+@dataclass
+class CappedEvidence:
+    """The reader's evidence under the cap: one ``ReaderBlock`` per held item, oldest first."""
+
+    items: list[ReaderBlock]
+
+    @property
+    def blocks(self) -> list[str]:
+        """The blocks the reader is handed, oldest first."""
+        return [b.text for b in self.items if b.text]
+
+    @property
+    def tokens(self) -> int:
+        return sum(b.tokens for b in self.items)
+
+    @property
+    def not_whole(self) -> int:
+        """Held items the reader does not get whole (cut or dropped)."""
+        return sum(b.cap != "whole" for b in self.items)
 
 
 class Controller(Protocol):
@@ -152,78 +202,122 @@ class EvidenceLoop:
     def capped_evidence(
         self, evidence: Sequence[Evidence], tokens: Sequence[int] | None = None
     ) -> tuple[list[str], int, int]:
-        """Reader evidence within the token cap, newest first (METHOD.md §1.1 step 8).
+        """Reader evidence within the token cap (``cap_evidence``): (blocks oldest first, as the reader
+        gets them; their reader tokens; number of held items the reader does not get whole)."""
+        capped = self.cap_evidence(evidence, tokens)
+        return capped.blocks, capped.tokens, capped.not_whole
 
-        Walking back from the newest block, blocks are kept whole while they fit; the first one
-        that does not is cut at a region boundary to the tokens left (``truncate_block``), and
-        every older block is dropped: an older block never survives a newer one.
+    def cap_evidence(
+        self, evidence: Sequence[Evidence], tokens: Sequence[int] | None = None
+    ) -> CappedEvidence:
+        """What the reader gets of each held item under the token cap (METHOD.md §1.1 step 8).
+
+        Items are taken newest round first and, within a round, in rank order (the retriever's order):
+        they are kept whole while they fit; the first one that does not is cut to the tokens left
+        (``truncate_block``), and every item after it is dropped: an older round never survives a
+        newer one, a lower rank never survives a higher one of its round.
 
         Args:
-            evidence: the held items, oldest first.
+            evidence: the held items, oldest round first, each round in rank order.
             tokens: reader tokens of each whole block (None = count them here).
-
-        Returns:
-            (blocks oldest first, as the reader gets them; their reader tokens; number of items
-            the reader does not get whole, i.e. cut or dropped).
         """
         cap = self.settings.reader_max_tokens
         blocks = [self._block(ev) for ev in evidence]
         if tokens is None:  # the loop passes the counts it already took per round
             tokens = [self.count_tokens(b) for b in blocks]
-        kept: list[str] = []
+        out: list[ReaderBlock | None] = [None] * len(evidence)
         total = 0
-        not_whole = 0
-        for i in reversed(range(len(blocks))):
-            if total + tokens[i] <= cap:
-                kept.append(blocks[i])
+        full = False
+        for i in sorted(range(len(evidence)), key=lambda j: (-evidence[j].round, j)):
+            ev = evidence[i]
+            if full:
+                out[i] = ReaderBlock(ev, [], "", 0, "dropped")
+            elif total + tokens[i] <= cap:
+                out[i] = ReaderBlock(ev, list(ev.node_ids), blocks[i], tokens[i], "whole")
                 total += tokens[i]
-                continue
-            cut = self.truncate_block(evidence[i], cap - total)
-            if cut is not None:
-                kept.append(cut[0])
-                total += cut[1]
-            not_whole = i + 1  # this block and every older one
-            break
-        kept.reverse()
-        return kept, total, not_whole
+            else:
+                cut = self.truncate_block(ev, cap - total) or ReaderBlock(ev, [], "", 0, "dropped")
+                out[i] = cut
+                total += cut.tokens
+                full = True
+        return CappedEvidence([b for b in out if b is not None])
 
-    def truncate_block(self, ev: Evidence, budget: int) -> tuple[str, int] | None:
+    def truncate_block(self, ev: Evidence, budget: int) -> ReaderBlock | None:
         """The longest leading part of ``ev``'s regions whose rendering fits ``budget`` tokens.
 
         Regions are taken in leaf order; a region that does not fit is replaced by its children
-        (finer regions of the same tree), so the cut always falls on a region boundary and the
-        dropped rest is marked with the renderer's elision. None when not even the first leaf fits.
-
-        Returns:
-            (rendered block, its reader tokens) or None.
+        (finer regions of the same tree), so the cut falls on a region boundary and the dropped rest
+        is marked with the renderer's elision. When not even the first leaf fits (one huge sentence
+        or row), that leaf is cut at a token boundary instead (``_cut_at_tokens``). None when not
+        even the item's title or header fits with a word of content.
         """
         if budget <= 0:
             return None
         tree = ev.tree
         queue = deque(sorted(ev.node_ids, key=lambda v: int(tree.starts[v])))
         chosen: list[int] = []
-        best: tuple[str, int] | None = None
+        best: ReaderBlock | None = None
         while queue:
             v = queue.popleft()
             text = self.hierarchy.evidence_text(tree, [*chosen, v])
             n = self.count_tokens(text)
             if n <= budget:
                 chosen.append(v)
-                best = (text, n)
+                best = ReaderBlock(ev, list(chosen), text, n, "regions")
             elif tree.children[v]:
                 queue.extendleft(reversed(tree.children[v]))
+            elif not chosen:
+                return self._cut_at_tokens(ev, v, budget)
             else:
                 break  # a leaf that does not fit: stop, so the kept part stays a contiguous prefix
         return best
 
+    def _cut_at_tokens(self, ev: Evidence, leaf: int, budget: int) -> ReaderBlock | None:
+        """``ev`` rendered with its first kept ``leaf`` only, cut to the longest prefix that fits
+        ``budget`` tokens with an elision mark; cut at a word boundary where the prefix has one."""
+        text = self.hierarchy.evidence_text(ev.tree, [leaf])
+        # The title / header the renderer puts before any region: a cut inside it delivers nothing.
+        head = len(self.hierarchy.evidence_text(ev.tree, []).removesuffix(ELISION))
+        if head >= len(text):
+            return None  # a renderer that ignores regions (an image): nothing to cut
+
+        def render(n: int) -> str:
+            return f"{text[:n].rstrip()} {ELISION}"
+
+        def fits(n: int) -> bool:
+            return self.count_tokens(render(n)) <= budget
+
+        # Exponential then binary search for the longest fitting prefix: no tokenizer call ever reads
+        # much more than the budget's worth of a huge leaf.
+        lo, step = head, max(64, 8 * budget)
+        hi = min(len(text), head + step)
+        while hi < len(text) and fits(hi):
+            lo, step = hi, 2 * step
+            hi = min(len(text), head + step)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        if lo < len(text) and not text[lo].isspace():  # lo splits a word: end at the word before
+            space = max(text.rfind(" ", head, lo), text.rfind("\n", head, lo))
+            lo = space if space > head and fits(space) else lo
+        if not text[head:lo].strip() or not fits(lo):
+            return None
+        block = render(lo)
+        return ReaderBlock(ev, [], block, self.count_tokens(block), "tokens", cut_leaf=leaf, cut_chars=lo)
+
     # -- one question --------------------------------------------------------------------------
     def run(self, question: Question) -> QuestionRecord:
+        return self.run_with_evidence(question)[0]
+
+    def run_with_evidence(self, question: Question) -> tuple[QuestionRecord, CappedEvidence]:
+        """``run``, also returning what the reader was handed of each held item (for evidence metrics)."""
         s = self.settings
         timer = StageTimer()
         t0 = time.perf_counter()
         rec = QuestionRecord(question.id, question.text, list(question.answers), question.benchmark)
         evidence: list[Evidence] = []
         evidence_tokens: list[int] = []  # reader tokens of each whole block, in step with ``evidence``
+        evidence_trace: list[KeptItem] = []  # the trace entry of each held block, in step with ``evidence``
         held: set[str] = set()
         history: list[dict[str, Any]] = []
         aggregation: bool | None = None
@@ -253,37 +347,43 @@ class EvidenceLoop:
                 # A refiner may keep nothing of an item (flat top-m chose none of its leaves): the
                 # reader and the critic then get no block for it, and it adds no evidence tokens.
                 n_kept = self.count_tokens(self._block(ev)) if ids else 0
+                entry = KeptItem(
+                    tree.item.id,
+                    tree.item.modality.value,
+                    ev.leaf_ranges(),
+                    tree.n_leaves,
+                    n_kept,
+                    self.count_tokens(self.hierarchy.evidence_text(tree, [0])),
+                    flag,
+                )
                 if ids:
                     evidence.append(ev)
                     evidence_tokens.append(n_kept)
-                trace.kept.append(
-                    KeptItem(
-                        tree.item.id,
-                        tree.item.modality.value,
-                        ev.leaf_ranges(),
-                        tree.n_leaves,
-                        n_kept,
-                        self.count_tokens(self.hierarchy.evidence_text(tree, [0])),
-                        flag,
-                    )
-                )
+                    evidence_trace.append(entry)
+                trace.kept.append(entry)
             rec.rounds.append(trace)
             if self.controller is None or r == rounds - 1:
                 break  # after round R the reader answers regardless: no critic call is wasted on it
             with timer("critic"):
-                decision = self.controller.step(question, self.evidence_blocks(evidence), r, history)
+                # the critic judges the evidence the reader would get: the same cap, the same cuts
+                blocks = self.capped_evidence(evidence, evidence_tokens)[0]
+                decision = self.controller.step(question, blocks, r, history)
             trace.controller = {"stop": decision.stop, "followup": decision.followup, **decision.raw}
             history.append(trace.controller)
             if decision.stop or not decision.followup:
                 break
             query = decision.followup
         # Token counts taken per round are reused (one tokenizer call per whole block).
-        blocks, rec.evidence_tokens, rec.truncated_items = self.capped_evidence(evidence, evidence_tokens)
+        capped = self.cap_evidence(evidence, evidence_tokens)
+        for entry, got in zip(evidence_trace, capped.items, strict=True):
+            entry.delivered_ranges = got.delivered_ranges()
+            entry.delivered_tokens, entry.cap = got.tokens, got.cap
+        rec.evidence_tokens, rec.truncated_items = capped.tokens, capped.not_whole
         with timer("reader"):
-            rec.prediction = self.reader.answer(question, blocks)
+            rec.prediction = self.reader.answer(question, capped.blocks)
         rec.latency_s = time.perf_counter() - t0
         rec.time_s = dict(timer.seconds)
-        return rec
+        return rec, capped
 
 
 class QuestionRunner:

@@ -26,9 +26,19 @@ class StageTimer:
             self.seconds[stage] += time.perf_counter() - t0
 
 
+# How the reader cap treated a held item: "whole" (every kept region reaches the reader), "regions" (cut
+# at a region boundary), "tokens" (no region fits: cut at a token boundary), "dropped".
+CAP_OUTCOMES = ("whole", "regions", "tokens", "dropped")
+
+
 @dataclass
 class KeptItem:
-    """One item of a round: the regions kept (leaf ranges), their tokens and the whole item's tokens."""
+    """One item of a round: the regions kept (leaf ranges), their tokens and the whole item's tokens.
+
+    ``leaf_ranges`` / ``kept_tokens`` are the refiner's choice; ``delivered_ranges`` /
+    ``delivered_tokens`` what the reader gets of it after the reader cap (``cap``: one of
+    ``CAP_OUTCOMES``). A leaf cut at a token boundary is in no delivered range, its tokens are counted.
+    """
 
     item_id: str
     modality: str
@@ -37,6 +47,9 @@ class KeptItem:
     kept_tokens: int
     item_tokens: int
     aggregation: bool = False
+    delivered_ranges: list[tuple[int, int]] = field(default_factory=list)
+    delivered_tokens: int = 0
+    cap: str = "whole"
 
 
 @dataclass
@@ -61,8 +74,8 @@ class QuestionRecord:
     status: str = "ok"
     error: str | None = None
     rounds: list[RoundTrace] = field(default_factory=list)
-    evidence_tokens: int = 0
-    truncated_items: int = 0
+    evidence_tokens: int = 0  # what the reader gets, after the reader cap
+    truncated_items: int = 0  # held items the reader cap cut or dropped (``KeptItem.cap`` says which)
     llm_calls: dict[str, int] = field(default_factory=dict)
     llm_tokens: dict[str, int] = field(default_factory=dict)
     llm_prefill_tokens: dict[str, int] = field(default_factory=dict)  # prompt tokens not served from a prefix cache

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hydra.utils import instantiate
 
 from canopy_lit.data import load_split
 from canopy_lit.eval.evidence import (
@@ -28,7 +29,7 @@ from canopy_lit.eval.harness import run_questions
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.pipeline.trace import QuestionRecord
 from canopy_lit.refine import ParentRelativeRefiner, leaf_ids
-from canopy_lit.types import Question
+from canopy_lit.types import Item, Question, Table, Tree
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 
@@ -211,17 +212,49 @@ def test_matched_flat_refiner_fills_canopys_token_count_on_real_items(smollm2_to
         kept = refiner(trees, scores)
         canopy = ParentRelativeRefiner(lazy=False)(trees, scores)
         budget = sum(count(h.evidence_text(t, k)) for t, k in zip(trees, canopy))
-        # The loop renders every retrieved item, a dropped one as "Title: …": count it too.
-        used = sum(count(h.evidence_text(t, k)) for t, k in zip(trees, kept))
+
+        def cost(t: Tree, k: list[int]) -> int:  # the loop renders no block for an item with nothing kept
+            return count(h.evidence_text(t, sorted(k, key=lambda node: int(t.starts[node])))) if k else 0
+
+        used = sum(cost(t, k) for t, k in zip(trees, kept))
         assert refiner.last_budget == budget and 0 < used <= budget
         # Greedy by score: every leaf left out would overflow the budget if added to what was kept.
         for j, t in enumerate(trees):
             for v in set(leaf_ids(t).tolist()) - set(kept[j]):
-                more = sorted([*kept[j], v], key=lambda i: int(t.starts[i]))
-                assert used - count(h.evidence_text(t, kept[j])) + count(h.evidence_text(t, more)) > budget
+                assert used - cost(t, kept[j]) + cost(t, [*kept[j], v]) > budget, (q.id, j, v)
         assert all(all(t.is_leaf(v) for v in k) for t, k in zip(trees, kept))
         checked += 1
     assert checked == 8
+
+
+class WordsFlatMatched(FlatMatchedRefiner):
+    """Budgets in whitespace words, so that a test can count them by hand."""
+
+    @property
+    def count(self):  # type: ignore[override]
+        return lambda text: len(text.split())
+
+
+def test_matched_flat_refiner_charges_only_the_blocks_the_reader_gets() -> None:
+    """CANOPY keeps "A: a1 a2 a3 …" (5 words), "B: … b10" (3) and "C: c1 c2 c3 c4 c5" (6): budget 14. Flat takes
+    b's leaves by score; a and c get nothing and so no block (not "A: …", "C: …"): b whole (11 words) fits."""
+    h = Hierarchy(2)
+    items = [
+        Item("a", "text", title="A", sentences=["a1 a2 a3", "a4 a5"]),
+        Item("b", "text", title="B", sentences=["b1 b2 b3", "b4 b5 b6 b7 b8 b9", "b10"]),
+        Item("c", "text", title="C", sentences=["c1 c2 c3 c4 c5"]),
+    ]
+    trees = [h.build(i) for i in items]
+    # node ids: a 0 root, 1-2 leaves; b 0 root, 1 = leaves [0, 2), 2 = leaf 2, 3-4 = leaves 0, 1; c 0 = its leaf
+    scores = [np.array([0.22, 0.80, 0.14]), np.array([0.54, 0.09, 0.99, 0.88, 1.0]), np.array([0.49])]
+    refiner = WordsFlatMatched("words", hierarchy=h)
+    kept = refiner(trees, scores)
+    assert refiner.last_budget == 14
+    assert kept == [[], [3, 4, 2], []] and h.evidence_text(trees[1], kept[1]) == "B: b1 b2 b3 b4 b5 b6 b7 b8 b9 b10"
+    # δ of the CANOPY run it is matched to: at δ = 0.5 CANOPY keeps b whole, so the budget is 5 + 11 + 6.
+    matched = WordsFlatMatched("words", hierarchy=h, descend_margin=0.5)
+    matched(trees, scores)
+    assert matched.last_budget == 22
 
 
 def test_evidence_configs_compose() -> None:
@@ -245,6 +278,14 @@ def test_evidence_configs_compose() -> None:
             assert cfg.refine._target_.endswith(target)
             if variant == "flat_matched":
                 assert cfg.refine.tokenizer == "tok"
+        # One override sets δ of CANOPY and of the CANOPY budget flat is matched to.
+        for variant in ("full", "flat_matched"):
+            cfg = compose(
+                "evaluate",
+                overrides=["+ablation=evidence", f"variant={variant}", "evidence.tokenizer=tok", "refine.descend_margin=0.02"],
+            )
+            refiner = instantiate(cfg.refine)
+            assert getattr(refiner, "reference", refiner).descend_margin == 0.02
     GlobalHydra.instance().clear()
 
 
@@ -273,8 +314,18 @@ def test_compare_runs_pairs_questions_by_id(tmp_path: Path) -> None:
     assert c["answer_recall_diff_ci_low"] <= 0.5 <= c["answer_recall_diff_ci_high"]
     assert c["token_ratio"] == pytest.approx(300 / 400)
     assert paired_difference([1, 0, 1], [1, 1, 1])[0] == pytest.approx(-1 / 3)
+    assert "answer_recall_content_diff" not in c  # runs recorded before the content-only match
     with pytest.raises(ValueError, match="share no recorded question"):
         compare_runs(a, write(tmp_path / "c", [rec("other", True, 1)]))
+
+    def rec2(qid: str, found: bool, content: bool) -> dict:
+        return {"id": qid, "status": "ok", "evidence": {"answer_found": found, "answer_found_content": content, "tokens": 5}}
+
+    # A finds q1's answer in a title only: +0.5 points with titles, 0 without.
+    d = write(tmp_path / "d", [rec2("q1", True, False), rec2("q2", True, True)])
+    e = write(tmp_path / "e", [rec2("q1", False, False), rec2("q2", True, True)] + [rec2("q3", True, True)])
+    assert compare_runs(d, e)["answer_recall_diff"] == pytest.approx(0.5)
+    assert compare_runs(d, e)["answer_recall_content_diff"] == pytest.approx(0.0)
 
 
 def test_retrieval_cache_keys_on_the_encoder_settings() -> None:
@@ -293,3 +344,87 @@ def test_retrieval_cache_keys_on_the_encoder_settings() -> None:
     fps = [NodeEmbeddingCache(_QuerySideEncoder(EncoderStub(n)), Hierarchy()).fingerprint for n in (256, 512)]
     assert fps[0] != fps[1] and "max_seq_length=512" in fps[1]
     assert "adapter=none|query-side" in fps[0]  # f0 side: the adapter never changes these vectors
+
+
+# --- what the reader gets: titles vs content, the reader cap -------------------------------------
+
+RUN_ITEMS = {
+    "star": Item("star", "text", title="Alpha Centauri", sentences=["It is the closest star system.", "It has three stars."]),
+    "cities": Item(
+        "cities", "table", title="Cities", table=Table(["City", "Population"], [["Oslo", "709,000"], ["Bergen", "285,000"]])
+    ),
+    "moon": Item("moon", "text", title="Moon", sentences=["The Moon orbits Earth.", "Its radius is 1,737 km."]),
+}
+
+
+class ListRetriever:
+    def __init__(self, ids: list[str]) -> None:
+        self.ids = ids
+
+    def retrieve(self, query, k, exclude, question):
+        return [RUN_ITEMS[i] for i in self.ids[:k]]
+
+
+def evidence_run(ids: list[str], question: Question, cap: int = 16000) -> dict:
+    """One question through an ``EvidenceRunner`` over hand-made items (whole items, words as tokens)."""
+    from canopy_lit.eval.evidence import EvidenceCapture, EvidenceRunner
+    from canopy_lit.pipeline.loop import EvidenceLoop, LoopSettings
+    from canopy_lit.refine import KeepWholeRefiner
+
+    capture = EvidenceCapture()
+    loop = EvidenceLoop(
+        ListRetriever(ids), Hierarchy(2), KeepWholeRefiner(), capture, lambda t: len(t.split()),
+        settings=LoopSettings(k=len(ids), max_rounds=1, reader_max_tokens=cap, aggregation_check=False),
+    )  # fmt: skip
+    return EvidenceRunner(loop, capture)(question).to_dict()
+
+
+def test_answer_recall_side_by_side_without_titles_and_headers() -> None:
+    """The answer only in a title or a column header is seen by the reader but is not content."""
+    in_title = evidence_run(["star", "cities"], Question("q1", "Which system?", ["Alpha Centauri"]))["evidence"]
+    in_header = evidence_run(["star", "cities"], Question("q2", "Which column?", ["population"]))["evidence"]
+    in_row = evidence_run(["star", "cities"], Question("q3", "How many?", ["709000"]))["evidence"]
+    in_text = evidence_run(["star", "cities"], Question("q4", "How many stars?", ["three stars"]))["evidence"]
+    assert (in_title["answer_found"], in_title["answer_found_content"]) == (True, False)
+    assert (in_header["answer_found"], in_header["answer_found_content"]) == (True, False)
+    assert (in_row["answer_found"], in_row["answer_found_content"]) == (True, True)
+    assert (in_text["answer_found"], in_text["answer_found_content"]) == (True, True)
+    recs = [{"status": "ok", "evidence": e} for e in (in_title, in_header, in_row, in_text)]
+    m = summarize_evidence(recs)
+    assert m["evidence/answer_recall"] == 1.0 and m["evidence/answer_recall_content"] == 0.5
+    assert m["evidence/answer_recall_content_ci_low"] <= 0.5 <= m["evidence/answer_recall_content_ci_high"]
+    assert score_evidence(recs[0], Question("q", "?", ["x"]))["answer_recall_content"] == 0.0
+
+
+def test_every_evidence_measure_is_taken_after_the_reader_cap() -> None:
+    """Cap 8 words: "Moon: …" (rank 1, 10 words) is cut after its first sentence and "Alpha Centauri: …" (rank 2,
+    12 words, its gold leaf 1) dropped: gold recall, kept tokens and answer recall count what the reader gets."""
+    q = Question("q1", "How many stars?", ["three stars"], gold={"star": [1], "moon": [1]})
+    rec = evidence_run(["moon", "star"], q, cap=8)
+    ev = rec["evidence"]
+    assert rec["evidence_tokens"] == ev["tokens"] == ev["kept_tokens"] == 6  # "Moon: The Moon orbits Earth. …"
+    assert ev["tokens_before_cap"] == ev["item_tokens"] == 10 + 12
+    assert (ev["gold_leaves"], ev["gold_leaves_kept"]) == (2, 0)
+    assert ev["answer_found"] is False and ev["truncated_items"] == 2
+    kept = {k["item_id"]: k for k in rec["rounds"][0]["kept"]}
+    assert kept["moon"]["cap"] == "regions" and kept["moon"]["delivered_ranges"] == [(0, 1)]
+    assert kept["star"]["cap"] == "dropped" and kept["star"]["delivered_tokens"] == 0
+    whole = evidence_run(["moon"], q)["evidence"]
+    m = summarize_evidence([{"status": "ok", "evidence": ev}, {"status": "ok", "evidence": whole}])
+    assert m["evidence/gold_recall"] == pytest.approx(1 / 3)  # 0 of 2, then moon's 1 of 1
+    assert m["evidence/kept_ratio"] == pytest.approx((6 + 10) / (22 + 10))
+    assert m["evidence/truncated_items"] == 1.0 and m["evidence/truncated_questions"] == 0.5
+    assert m["evidence/tokens_before_cap"] == pytest.approx((22 + 10) / 2)
+
+
+def test_evidence_table_shows_recall_without_titles_beside_recall() -> None:
+    from canopy_lit.report.tables import render_evidence
+
+    row = {"benchmark": "hotpotqa", "method": "parent_relative (f0)", "n": 100, "answer_recall": 0.6,
+           "answer_recall_ci_low": 0.5, "answer_recall_ci_high": 0.7, "answer_recall_content": 0.4,
+           "answer_recall_content_ci_low": 0.3, "answer_recall_content_ci_high": 0.5, "tokens": 288}  # fmt: skip
+    header, _, body = render_evidence([row], []).splitlines()
+    assert "| answer recall | 95% CI | answer recall w/o titles/headers | 95% CI |" in header
+    assert "| 60.0 | [50.0, 70.0] | 40.0 | [30.0, 50.0] |" in body and "cap cut" not in header
+    header, _, body = render_evidence([{**row, "truncated_questions": 0.25}], []).splitlines()
+    assert header.endswith("| kept ratio | cap cut % |") and body.endswith("| 25.0 |")

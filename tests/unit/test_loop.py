@@ -230,3 +230,72 @@ def test_stage_times_are_recorded() -> None:
     rec = make(ScriptedRetriever([["a"]]), max_rounds=1).run(Q)
     assert {"retrieve", "trees", "refine", "reader"} <= set(rec.time_s)
     assert np.isfinite(rec.latency_s)
+
+
+# --- the reader cap within a round, oversized items ------------------------------------------------
+
+
+def test_reader_cap_within_a_round_keeps_rank_order() -> None:
+    """One round retrieves [z (rank 1), x (rank 2)] and the cap fits one: the reader gets rank 1."""
+    loop = EvidenceLoop(
+        ScriptedRetriever([["z", "x"]], CAP_ITEMS), Hierarchy(2), KeepWholeRefiner(), EchoReader(), words,
+        settings=LoopSettings(k=2, max_rounds=1, reader_max_tokens=5),
+    )  # fmt: skip
+    rec = loop.run(Q)
+    assert loop.reader.evidence == ["z1 z2 z3 z4"]
+    assert rec.evidence_tokens == 4 and rec.truncated_items == 1
+    assert [(k.item_id, k.cap, k.delivered_tokens) for k in rec.rounds[0].kept] == [("z", "whole", 4), ("x", "dropped", 0)]
+
+
+def test_reader_cap_newer_rounds_first_then_rank_order() -> None:
+    """Round 1 holds [x], round 2 [z, y]: z (newest round, rank 1) whole, y cut, x (older round) dropped."""
+    blocks, tokens, not_whole = cap_loop(10).capped_evidence(
+        [*held("x"), *(Evidence(ev.tree, ev.node_ids, 1) for ev in held("z", "y"))]
+    )
+    assert blocks == ["z1 z2 z3 z4", "y1 y2 y3 y4 y5 …"] and tokens == 10 and not_whole == 2
+
+
+HUGE = Item("huge", "text", title="Huge", sentences=[" ".join(f"w{i}" for i in range(150_000))])  # ~1 MB, one leaf
+
+
+def test_one_oversized_item_ranked_last_is_cut_at_a_token_boundary_and_the_others_kept() -> None:
+    items = {**CAP_ITEMS, "huge": HUGE}
+    loop = EvidenceLoop(
+        ScriptedRetriever([["x", "z", "huge"]], items), Hierarchy(2), KeepWholeRefiner(), EchoReader(), words,
+        settings=LoopSettings(k=3, max_rounds=1, reader_max_tokens=50),
+    )  # fmt: skip
+    rec = loop.run(Q)
+    x, z, cut = loop.reader.evidence
+    assert (x, z) == ("x1 x2 x3", "z1 z2 z3 z4")
+    assert cut.startswith("Huge: w0 w1 w2") and cut.endswith(" w40 …")  # whole words, the cut marked
+    assert rec.evidence_tokens == 3 + 4 + words(cut) == 50 and rec.truncated_items == 1
+    kept = rec.rounds[0].kept
+    assert [k.cap for k in kept] == ["whole", "whole", "tokens"]
+    assert kept[2].delivered_ranges == [] and kept[2].delivered_tokens == 43 and kept[2].kept_tokens == 150_001
+
+
+def test_one_oversized_item_ranked_first_fills_the_cap_and_drops_the_rest() -> None:
+    blocks, tokens, not_whole = cap_loop(20).capped_evidence(
+        [Evidence(Hierarchy(2).build(HUGE), [0], 0), *(Evidence(ev.tree, ev.node_ids, 0) for ev in held("x"))]
+    )
+    assert len(blocks) == 1 and blocks[0].startswith("Huge: w0") and tokens == words(blocks[0]) == 20
+    assert not_whole == 2
+    assert cap_loop(1).capped_evidence([Evidence(Hierarchy(2).build(HUGE), [0], 0)]) == ([], 0, 1)  # title alone
+
+
+def test_oversized_item_cut_with_the_reader_tokenizer() -> None:
+    """The real SmolLM2 tokenizer: a one-sentence paragraph of ~130 kB is cut within the cap at a word boundary."""
+    from canopy_lit.assets import AssetError, resolve
+    from canopy_lit.eval.evidence import token_counter
+
+    try:
+        count = token_counter(str(resolve("smollm2-135m")))
+    except AssetError as err:
+        pytest.skip(f"smollm2-135m asset unavailable: {err}")
+    loop = EvidenceLoop(
+        None, Hierarchy(2), KeepWholeRefiner(), EchoReader(), count, settings=LoopSettings(reader_max_tokens=300)
+    )
+    big = Item("huge", "text", title="Huge", sentences=[" ".join(f"w{i}" for i in range(20_000))])
+    blocks, tokens, not_whole = loop.capped_evidence([Evidence(Hierarchy(2).build(big), [0], 0)])
+    assert len(blocks) == 1 and 290 <= tokens == count(blocks[0]) <= 300 and not_whole == 1
+    assert blocks[0].startswith("Huge: w0 w1") and blocks[0].endswith(" …") and blocks[0][-3] != "w"
