@@ -172,12 +172,20 @@ def metric_cell(run: Run, key: str) -> float | None:
     return math.nan if v is None and key in run.metrics else v
 
 
+def display_path(path: Path) -> str:
+    """``path`` relative to the working directory when inside it: generated tables name no machine path."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def _run_row(run: Run, axes: Sequence[str], metrics: Sequence[tuple[str, str]]) -> dict[str, Any]:
     row: dict[str, Any] = {"method": run.method, **{a: label_value(run.setting(a)) for a in axes}}
     row["benchmark"] = run.benchmark
     for name, key in metrics:
         row[name] = metric_cell(run, key)
-    row["run"] = str(run.path)
+    row["run"] = display_path(run.path)
     return row
 
 
@@ -394,7 +402,7 @@ def evidence_rows(runs: Sequence[Run], axes: Sequence[str] | None = None) -> lis
         row["benchmark"] = r.benchmark
         for name, key in EVIDENCE_METRICS:
             row[name] = metric_cell(r, key)
-        row["run"] = str(r.path)
+        row["run"] = display_path(r.path)
         rows.append(row)
     return sorted(rows, key=lambda x: (x["benchmark"], _sort_key(x, axes)))
 
