@@ -19,6 +19,7 @@
 # ONLY (a subset of the systems, e.g. ONLY="canopy no_projection": two such jobs side by side, one core
 # each, split one benchmark's work; the pairing is by question id, so it stays exact).
 set -euo pipefail
+CALLER=$PWD
 cd "$(dirname "$0")/.."
 : "${ADAPTER:?set ADAPTER to a trained adapter folder (train.py writes <run dir>/adapter)}"
 OUT=${OUT:-experiments/runs/paired}
@@ -28,7 +29,8 @@ BENCHMARKS=${BENCHMARKS:-hotpotqa nq}
 THREADS=${THREADS:-1}
 RETRIEVAL=${RETRIEVAL:-bm25}
 PY=${PY:-.venv/bin/python}
-ADAPTER=$(realpath "$ADAPTER")
+# relative to the checkout when inside it: run folders and their configs then name no machine path
+ADAPTER=$(cd "$CALLER" && realpath --relative-base="$OLDPWD" "$ADAPTER")
 
 SYSTEMS=(
   "canopy:method=canopy"

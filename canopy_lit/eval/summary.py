@@ -130,9 +130,10 @@ def summarize(records: Iterable[Mapping[str, Any]], prefix: str = "eval") -> dic
             out[f"{prefix}/{name}"] = rate
         out[f"{prefix}/latency_s"] = float(np.mean([r.get("latency_s", 0.0) for r in ok]))
         kept = [k for r in ok for rd in r.get("rounds") or [] for k in rd.get("kept", [])]
-        if kept:
+        if kept:  # what the reader got after the cap (records written before the cap was traced: kept)
             out[f"{prefix}/kept_token_ratio"] = float(
-                sum(k["kept_tokens"] for k in kept) / max(1, sum(k["item_tokens"] for k in kept))
+                sum(k.get("delivered_tokens", k["kept_tokens"]) for k in kept)
+                / max(1, sum(k["item_tokens"] for k in kept))
             )
         for stage in STAGES:
             secs = [(r.get("time_s") or {}).get(stage, 0.0) for r in ok]

@@ -88,6 +88,15 @@ def test_summary_counts_failures_as_zero_and_averages_costs() -> None:
     assert m["time/reader_s"] == 3.0
 
 
+def test_kept_token_ratio_is_what_the_reader_got_after_the_cap() -> None:
+    cut = rec("1")
+    cut["rounds"] = [{"retrieved": ["a", "b"], "duplicates": 0, "kept": [
+        {"kept_tokens": 100, "item_tokens": 200, "delivered_tokens": 40, "cap": "regions"},
+        {"kept_tokens": 50, "item_tokens": 200, "delivered_tokens": 0, "cap": "dropped"},
+    ]}]  # fmt: skip
+    assert summarize([cut])["eval/kept_token_ratio"] == pytest.approx(40 / 400)
+
+
 def test_followup_duplicate_rate_counts_rounds_two_and_later_only() -> None:
     # One question: round 1 fetches its one item, the only follow-up re-fetches it.
     one = {"id": "q", "status": "ok", "rounds": [{"retrieved": ["a"], "duplicates": 0}, {"retrieved": ["a"], "duplicates": 1}]}
