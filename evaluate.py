@@ -19,6 +19,7 @@ from canopy_lit.data.readers._io import DataFormatError
 from canopy_lit.eval.harness import RunFailed, notify, unwritable_message
 from canopy_lit.eval.records import RunFolderError, RunLocked
 from canopy_lit.evaluate import run
+from canopy_lit.quiet import quiet_third_party
 from canopy_lit.schema import USAGE_ERROR, ConfigError
 
 
@@ -30,6 +31,7 @@ def _exit(status: int, lines: list[str]) -> None:
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="evaluate")
 def main(cfg: DictConfig) -> float | None:
+    quiet_third_party()  # CANOPY_LIT_VERBOSE=1 shows third-party notices
     try:
         metrics = run(cfg)
     except ConfigError as err:

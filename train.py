@@ -19,12 +19,14 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+from canopy_lit.quiet import quiet_third_party
 from canopy_lit.schema import USAGE_ERROR, ConfigError
 from canopy_lit.train import run
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
 def main(cfg: DictConfig) -> float | None:
+    quiet_third_party()  # CANOPY_LIT_VERBOSE=1 shows third-party notices
     try:
         metrics = run(cfg)
     except ConfigError as err:  # e.g. Lightning restoring a checkpoint made on other data

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+import canopy_lit  # noqa: F401  registers the configs' OmegaConf resolvers (${if_gpu:...}) for compose()
+
 # Optional extras (pyproject.toml): a test that reaches one of these modules without its extra installed
 # is reported as skipped with the install command, not as an error.
 OPTIONAL_MODULES = {

@@ -271,9 +271,11 @@ class NodeEncoderModule(L.LightningModule):
             self.f0_results = {f"val/{k}_f0": float(v) for k, v in self.val_acc_f0.compute().items()}
             self.val_acc_f0.reset()
         # f0 is logged every epoch (constant) so the csv/W&B curves carry the baseline line.
+        # sync_dist: the metrics' compute() already reduced over ranks, so the mean over equal values is a
+        # no-op; without it Lightning warns once per key under DDP.
         main = res.pop("val/decision_accuracy")
-        self.log("val/decision_accuracy", main, prog_bar=True)
-        self.log_dict({**res, **self.f0_results})
+        self.log("val/decision_accuracy", main, prog_bar=True, sync_dist=True)
+        self.log_dict({**res, **self.f0_results}, sync_dist=True)
 
     def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         self._update(self.test_acc, batch, f0=False)
@@ -288,7 +290,7 @@ class NodeEncoderModule(L.LightningModule):
         self.test_acc_f0.reset()
         self._eval_cache = {}
         self.test_results = res
-        self.log_dict(res)
+        self.log_dict(res, sync_dist=True)  # already reduced over ranks (above): sync_dist only averages equals
 
     # ----------------------------------------------------------------- checkpoints: adapter only
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
