@@ -81,3 +81,18 @@ def folder_state(run_dir: Path, skip: tuple[str, ...] = ()) -> dict[str, tuple[b
         for p in sorted(run_dir.rglob("*"))
         if p.is_file() and p.relative_to(run_dir).as_posix() not in skip
     }
+
+
+def config_problems(config: str, *overrides: str) -> list[str]:
+    """The schema's problems with ``config`` (evaluate | train) composed with ``overrides`` ([] = valid);
+    needs an active Hydra context over configs/."""
+    from hydra import compose
+
+    from canopy_lit.schema import ConfigError, validate_eval_config, validate_train_config
+
+    validate = validate_eval_config if config == "evaluate" else validate_train_config
+    try:
+        validate(compose(config, overrides=list(overrides)))
+    except ConfigError as err:
+        return err.problems
+    return []

@@ -17,11 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from evaluate_runner import ROOT, records, run_script, script_cmd
+from evaluate_runner import ROOT, config_problems, records, run_script, script_cmd
 from hydra import compose
 from omegaconf import DictConfig, OmegaConf
-
-from canopy_lit.schema import ConfigError, validate_eval_config, validate_train_config
 
 CONFIGS = ROOT / "configs"
 # A real process starts Python, torch and Hydra (15-25 s on the shared 2-core machine); loading a model
@@ -84,19 +82,11 @@ TRAIN_MORE = [
 
 
 def eval_problems(*overrides: str) -> list[str]:
-    try:
-        validate_eval_config(compose("evaluate", overrides=list(overrides)))
-    except ConfigError as err:
-        return err.problems
-    return []
+    return config_problems("evaluate", *overrides)
 
 
 def train_problems(*overrides: str) -> list[str]:
-    try:
-        validate_train_config(compose("train", overrides=["experiment=quickstart", *overrides]))
-    except ConfigError as err:
-        return err.problems
-    return []
+    return config_problems("train", "experiment=quickstart", *overrides)
 
 
 def _one_line(out: Any, prefix: str) -> str:

@@ -9,30 +9,22 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from evaluate_runner import ROOT, records, run_script
+from evaluate_runner import ROOT, config_problems, records, run_script
 from hydra import compose
 from hydra.utils import instantiate
 
-from canopy_lit.schema import ConfigError, validate_eval_config, validate_train_config
+from canopy_lit.schema import validate_eval_config
 
 CONFIGS = ROOT / "configs"
 
 
 
 def eval_problems(*overrides: str) -> list[str]:
-    try:
-        validate_eval_config(compose("evaluate", overrides=list(overrides)))
-    except ConfigError as err:
-        return err.problems
-    return []
+    return config_problems("evaluate", *overrides)
 
 
 def train_problems(*overrides: str) -> list[str]:
-    try:
-        validate_train_config(compose("train", overrides=list(overrides)))
-    except ConfigError as err:
-        return err.problems
-    return []
+    return config_problems("train", *overrides)
 
 
 @pytest.mark.parametrize(
