@@ -9,7 +9,7 @@ ends), DIR/metrics.json (after the test; both atomically), DIR/checkpoints/ (bes
 last.ckpt every N steps, at epoch ends and on SIGTERM). Exit status: 0 done; 1 the run folder is not
 writable (nothing changed); 2 an invalid config, an empty split, or a checkpoint to resume that was
 trained on other data (nothing ran); 143 stopped by SIGTERM in any phase (resume with ckpt_path=last).
-Returns the best val/decision_accuracy to Hydra sweepers (never a test score).
+Returns ``optimized_metric`` (the best val/decision_accuracy) to Hydra sweepers (never a test score).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ def main(cfg: DictConfig) -> float | None:
         for line in err.problems:
             print(f"error: {line}", file=sys.stderr)
         sys.exit(USAGE_ERROR)
-    # The value Hydra sweepers optimise: validation only (choosing hyperparameters on test would leak it).
-    return metrics.get("val/best_decision_accuracy")
+    # The value Hydra sweepers optimise: validation only (the schema admits val/ keys; test would leak).
+    return metrics.get(cfg.get("optimized_metric", "val/best_decision_accuracy"))
 
 
 if __name__ == "__main__":

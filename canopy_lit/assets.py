@@ -39,6 +39,8 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -661,8 +663,6 @@ def hub_endpoint() -> str:
 def hub_reachable(timeout: float = 3.0) -> bool:
     """Whether the hub endpoint answers at all (any HTTP status) within ``timeout`` seconds, via the
     environment's proxies; one request, no retries."""
-    import urllib.error
-    import urllib.request
 
     try:
         urllib.request.urlopen(urllib.request.Request(hub_endpoint(), method="HEAD"), timeout=timeout).close()

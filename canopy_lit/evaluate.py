@@ -2,9 +2,9 @@
 
 Thin and linear: validate the config, lock the run folder, run the configured mode, summarise.
 The mode (``mode: qa | probe | evidence | retrieval``) picks the runner from ``MODES``; in ``qa`` mode
-the method may name its own runner (``method.runner: dotted.path.to.run``, a function
-``run(cfg) -> dict[str, float]``; CARVE does), else the CANOPY evidence loop runs
-(``run_qa``). Every stage is built from its config group by ``canopy_lit.pipeline.build``.
+the method's runner runs (``method.runner``: a ``_target_`` of ``run(cfg) -> dict[str, float]``, the
+CANOPY evidence loop ``run_qa`` by default; CARVE names its own). Every stage is built from its config
+group by ``canopy_lit.pipeline.build``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from hydra.utils import get_method, instantiate
 from omegaconf import DictConfig
 from rich.console import Console
 from rich.progress import track
@@ -24,7 +23,7 @@ from rich.table import Table as RichTable
 
 from canopy_lit.eval.evidence import run_evidence
 from canopy_lit.eval.harness import RunFailed, notify, run_questions, start_run_log, write_run_outputs
-from canopy_lit.eval.judge import judge_from_config, judge_run
+from canopy_lit.eval.judge import judge_run
 from canopy_lit.eval.probe import RefinementProbe, gold_questions
 from canopy_lit.eval.records import (
     RunLock,
@@ -34,34 +33,32 @@ from canopy_lit.eval.records import (
     write_run_axes,
     write_run_settings,
 )
-from canopy_lit.eval.summary import markdown_table, summarize
-from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.eval.summary import markdown_table, run_setting, summarize
 from canopy_lit.llm.base import redact
-from canopy_lit.pipeline.build import adapter_scale_label, build_encoder, build_loop, load_questions
-from canopy_lit.pipeline.scoring import NodeScorer
-from canopy_lit.pipeline.trace import STAGES
+from canopy_lit.pipeline.build import (
+    build_judge,
+    build_loop,
+    build_probe,
+    build_retrieval_eval,
+    build_runner,
+    load_questions,
+)
 from canopy_lit.retrieval.evaluate import evaluate_retrieval
-from canopy_lit.retrieval.node_cache import NodeEmbeddingCache
 from canopy_lit.schema import ConfigError, check_eval_run
+from canopy_lit.tracking import log_evaluation
+from canopy_lit.types import STAGES
 
 log = logging.getLogger(__name__)
 
 Runner = Callable[[DictConfig], dict[str, float]]
-QA_RUNNER = "canopy_lit.evaluate.run_qa"  # the default ``method.runner``
+
+# The setting lines under a run's table (``run_axes`` names).
+QA_SETTING = ("benchmark", "split", "method", "k", "B", "R", "refine", "scorer", "encoder", "adapter")
+PROBE_SETTING = ("benchmark", "split", "B", "descend_margin", "scorer", "encoder", "adapter")
 
 
 def output_dir(cfg: DictConfig) -> Path:
     return Path(cfg.paths.output_dir)
-
-
-def _setting(cfg: DictConfig) -> str:
-    return (
-        f"benchmark={cfg.data.name} split={cfg.data.get('split')} method={cfg.method.name} "
-        f"k={cfg.retrieval.k} B={cfg.tree.branching} R={cfg.loop.max_rounds} "
-        f"refine={cfg.refine._target_.rsplit('.', 1)[-1]} encoder={cfg.encoder.get('backbone')} "
-        f"adapter={cfg.encoder.get('adapter')}{adapter_scale_label(cfg)}"
-        + (f" scorer={cfg.refine.scorer}" if cfg.refine.get("scorer") else "")  # a refiner's own scorer (recomp: f0)
-    )
 
 
 def run_probe(cfg: DictConfig) -> dict[str, float]:
@@ -69,18 +66,13 @@ def run_probe(cfg: DictConfig) -> dict[str, float]:
     out_dir = output_dir(cfg)
     bench, questions = load_questions(cfg, notify)
     bench.require(gold_questions(questions, bench.items), "questions with located gold evidence to probe")
-    hierarchy: Hierarchy = instantiate(cfg.tree)
-    # δ of the refinement rule; only CANOPY's refiner has one (the probe judges parent-relative decisions).
-    margin = float(cfg.refine.get("descend_margin", 0.0))
-    encoder = build_encoder(cfg)
-    # The loop's node-embedding cache: a probe rerun (another δ, B-independent leaves) encodes nothing again.
-    cache_dir = cfg.retrieval.get("node_cache_dir")
-    cache = NodeEmbeddingCache(encoder, hierarchy, cache_dir=Path(cache_dir) if cache_dir else None)
-    probe = RefinementProbe(hierarchy, NodeScorer(encoder, hierarchy, cache), descend_margin=margin)
+    stages = build_probe(cfg)
+    probe = RefinementProbe(stages.hierarchy, stages.scorer, descend_margin=stages.descend_margin)
     for q in track(questions, description="probe", disable=not cfg.get("progress", True)):
         probe.add(q, bench.items, bench.candidates.get(q.id, ()))
     metrics = {**probe.metrics(), **bench.skip_metrics()}
-    metrics.update({f"probe/node_cache/{k}": float(v) for k, v in cache.stats().items()})  # misses = nodes encoded
+    cache_stats = stages.scorer.cache.stats()  # misses = nodes encoded
+    metrics.update({f"probe/node_cache/{k}": float(v) for k, v in cache_stats.items()})
     with (out_dir / "probe_nodes.jsonl").open("w", encoding="utf-8") as fh:
         fh.writelines(json.dumps(r) + "\n" for r in probe.node_rows)
     with (out_dir / "probe_questions.jsonl").open("w", encoding="utf-8") as fh:  # for paired bootstrap CIs
@@ -88,11 +80,7 @@ def run_probe(cfg: DictConfig) -> dict[str, float]:
     cols = ["decision_accuracy", "gold_recall", "gold_recall_ci95_low", "gold_recall_ci95_high", "pruned_share", "kept_token_ratio", "distractor_kept_token_ratio", "n_nodes"]
     row = {c: metrics.get(f"probe/{c}") for c in cols}
     row["benchmark"] = cfg.data.name
-    setting = (
-        f"benchmark={cfg.data.name} split={cfg.data.get('split')} B={cfg.tree.branching} "
-        f"encoder={cfg.encoder.get('backbone')} adapter={cfg.encoder.get('adapter')}{adapter_scale_label(cfg)} descend_margin={margin:g}"
-    )
-    write_run_outputs(out_dir, metrics, markdown_table([row], ["benchmark", *cols], setting))
+    write_run_outputs(out_dir, metrics, markdown_table([row], ["benchmark", *cols], run_setting(cfg, PROBE_SETTING)))
     return metrics
 
 
@@ -119,9 +107,9 @@ def run_qa(cfg: DictConfig) -> dict[str, float]:
         metrics["eval/not_run"] = float(stopped.not_run)
     cols = ["eval/n", "eval/failed", "eval/em", "eval/f1", "eval/accuracy", "eval/evidence_tokens", "eval/llm_calls", "eval/rounds", "eval/followup_duplicate_rate", "eval/duplicate_rate_all_rounds", "eval/latency_s"]
     row = {"method": cfg.method.name, "benchmark": cfg.data.name, **{c: metrics.get(c) for c in cols}}
-    write_run_outputs(out_dir, metrics, markdown_table([row], ["method", "benchmark", *[c for c in cols if c in metrics]], _setting(cfg)))
+    write_run_outputs(out_dir, metrics, markdown_table([row], ["method", "benchmark", *[c for c in cols if c in metrics]], run_setting(cfg, QA_SETTING)))
     if stopped is None and (cfg.get("judge") or {}).get("enabled"):  # eval/judge into metrics.json (judge.py)
-        judged = judge_run(out_dir, judge_from_config(cfg, loop.llm), progress=bool(cfg.get("progress", True)))
+        judged = judge_run(out_dir, build_judge(cfg, loop.llm), progress=bool(cfg.get("progress", True)))
         metrics.update({k: v for k, v in judged.items() if k.startswith("eval/")})
     if stopped is not None:
         raise stopped
@@ -129,9 +117,9 @@ def run_qa(cfg: DictConfig) -> dict[str, float]:
 
 
 def run_method(cfg: DictConfig) -> dict[str, float]:
-    """``mode: qa``: the method's own runner (``method.runner``), else the evidence loop."""
-    runner: Runner = get_method(str(cfg.method.get("runner") or QA_RUNNER))
-    return runner(cfg)
+    """``mode: qa``: the method's runner (``method.runner``: ``run_qa``, the evidence loop, unless the method
+    names its own)."""
+    return build_runner(cfg)(cfg)
 
 
 def run_evidence_mode(cfg: DictConfig) -> dict[str, float]:
@@ -141,7 +129,7 @@ def run_evidence_mode(cfg: DictConfig) -> dict[str, float]:
 
 def run_retrieval(cfg: DictConfig) -> dict[str, float]:
     """``mode: retrieval``: recall@k of the bundled benchmarks over their union corpus."""
-    return evaluate_retrieval(cfg, out_dir=output_dir(cfg))
+    return evaluate_retrieval(**build_retrieval_eval(cfg), out_dir=output_dir(cfg))
 
 
 MODES: dict[str, Runner] = {
@@ -227,4 +215,5 @@ def run(cfg: DictConfig) -> dict[str, float]:
         metrics = MODES[str(cfg.get("mode", "qa"))](cfg)  # the schema admits only these modes
         if cfg.get("progress", True):
             print_summary(metrics)
+        log_evaluation(cfg, output_dir(cfg))  # logger=wandb: metrics, tables and per-question rows to W&B
     return metrics

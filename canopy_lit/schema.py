@@ -4,7 +4,7 @@ Every key of every config group is typed and range-checked, from the code that c
 
 - a group that ``_target_`` s a callable (encoder, retrieval variants, llm, trainer, loggers ...) takes
   that callable's keyword arguments, typed by its signature (``**kwargs`` followed to where they go:
-  ``load_encoder`` to the backbone's encoder class, the hybrid retriever to the dense builder); nested
+  the hybrid retriever's to the dense builder); nested
   option blocks (``retrieval.index_options``, ``retrieval.bm25``, ``data.options``) are typed the same
   way by the class or reader they are passed to. A new argument is checked the day it is added.
 - a group read key by key (``loop``, ``judge``, ``critic`` ...) is a dataclass here; a key that no
@@ -96,7 +96,7 @@ class LoopSchema:
 
 @dataclass
 class JudgeSchema:
-    """``judge.*``: the LLM-as-judge after a QA run (``canopy_lit.eval.judge.judge_from_config``)."""
+    """``judge.*``: the LLM-as-judge after a QA run (``canopy_lit.pipeline.build.build_judge``)."""
 
     enabled: bool = False
     max_tokens: int = knob(16, ge=1)
@@ -109,8 +109,8 @@ class RetrievalSchema:
     pipeline's keys, ``PIPELINE_RETRIEVAL_KEYS``)."""
 
     k: int = knob(10, ge=1)
-    # how retriever=candidates/benchmark ranks a question's items (bm25.yaml / hybrid.yaml set it)
-    candidate_ranking: str = knob("dense", choices=("dense", "bm25", "hybrid"))
+    # how retriever=candidates/benchmark ranks a question's items: a CandidateRanking block (each option sets it)
+    candidate_ranking: dict[str, Any] | None = None
     exclude_seen: bool = False
     node_cache_dir: str | None = None
     scope: str | None = None  # removed: named in its own message (_SCOPE_MOVED)
@@ -142,7 +142,7 @@ class IndexOptionsSchema:
 
 @dataclass
 class EncoderSchema:
-    """Ranges of ``encoder.*``; its keys are ``load_encoder``'s and the backbone's encoder class's."""
+    """Ranges of ``encoder.*``; its keys are the arguments of its ``_target_``, an encoder class."""
 
     adapter_scale: float = 1.0
     max_seq_length: int | None = knob(512, ge=1)
@@ -181,13 +181,13 @@ class ReaderSchema:
 
 @dataclass
 class MethodSchema:
-    """``method.*``: its name (tables) and, for a method with its own pipeline, its runner: a dotted
-    path to ``run(cfg) -> dict[str, float]`` (default: the CANOPY evidence loop). The stages it uses
-    are group choices in its defaults list (``refine``, ``controller`` ...)."""
+    """``method.*``: its name (tables) and its runner, a ``_target_`` block of ``run(cfg) -> dict[str, float]``
+    with ``_partial_: true`` (default: the CANOPY evidence loop; CARVE names its own pipeline). The stages
+    it uses are group choices in its defaults list (``refine``, ``controller`` ...)."""
 
     name: str = "canopy"
     label: str | None = None
-    runner: str | None = None
+    runner: dict[str, Any] | None = None
 
 
 @dataclass
@@ -208,12 +208,14 @@ class RetrievalEvalSchema:
 
 @dataclass
 class CarveSchema:
-    """Ranges of ``carve.*`` (method=carve); its other keys are ``CarvePipeline``'s / the reranker's."""
+    """Ranges of ``carve.*`` (method=carve); its other keys are ``CarvePipeline``'s, and the ``carve/*``
+    groups' blocks are checked by their own targets (``carve.method``: a ``ClipRanking``)."""
 
     k: int = knob(3, ge=1)
     pool_k: int = knob(3, ge=1)
     min_iou: float = knob(0.0, ge=0, le=1)
-    rrf_k: float = knob(60.0, ge=0)
+    rrf_k: float = knob(60.0, ge=0)  # interpolated into carve/method=rrf
+    frame_units: str = knob("all", choices=("all", "best"))  # interpolated into carve/method=carve
     workers: int = knob(4, ge=1)
     scope: str = knob("corpus", choices=("corpus", "video"))
     generate: bool = True
@@ -221,6 +223,8 @@ class CarveSchema:
     describer: dict[str, Any] | None = None
     visual_encoder: dict[str, Any] | None = None
     summariser: dict[str, Any] | None = None
+    reranker: dict[str, Any] | None = None
+    normalisation: dict[str, Any] | None = None
 
 
 @dataclass
@@ -262,6 +266,8 @@ class TrainSchema:
     ckpt_path: str | None = None
     test: bool = True
     threads: int | None = knob(None, ge=1)
+    # what train.py returns to Hydra sweepers: the best or the last validation score, never a test score
+    optimized_metric: str = knob("val/best_decision_accuracy", choices=("val/best_decision_accuracy", "val/decision_accuracy"))
 
 
 @dataclass
@@ -358,16 +364,21 @@ EVAL_GROUPS: dict[str, Group | None] = {
     "reader": Group(ReaderSchema),
     "tree": Group(TreeSchema),
     "refine": Group(RefineSchema),
+    "scorer": Group(),  # the encoder view nodes are scored through (canopy_lit.pipeline.scoring.node_scorer)
     "llm": Group(LLMSchema),
     "judge": Group(JudgeSchema),
+    "logger": Group(blocks=True),  # logger=wandb: the run mirrored to W&B (canopy_lit.tracking.log_evaluation)
     "encoder": Group(EncoderSchema),
     "data": Group(DataSchema, targets=("canopy_lit.data.splits.load_split",)),
     "evidence": Group(EvidenceSchema),
     "retrieval_eval": Group(RetrievalEvalSchema),
     "carve": Group(
         CarveSchema,
-        targets=("canopy_lit.carve.pipeline.CarvePipeline", "canopy_lit.carve.rerank.ClipAdaptiveReranker"),
-        extra=frozenset({"clips", "describer", "visual_encoder", "summariser", "generate"}),
+        targets=("canopy_lit.carve.stages.CarvePipeline",),
+        extra=frozenset({
+            "clips", "describer", "visual_encoder", "summariser", "reranker", "normalisation", "generate",
+            "frame_units", "rrf_k",
+        }),  # fmt: skip
     ),
 }
 TRAIN_GROUPS: dict[str, Group | None] = {
@@ -557,19 +568,8 @@ def _signature_keys(obj: Callable[..., Any]) -> tuple[dict[str, Any], bool] | No
     return hints, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
-def _encoder_class(node: DictConfig) -> str:
-    """Where ``load_encoder`` sends its ``**kwargs``: the encoder class of ``node.backbone``."""
-    from canopy_lit.encoders import QWEN3VL_ALIASES, _is_qwen3vl
-
-    backbone = str(_value(node, "backbone") if "backbone" in node else "minilm")
-    if backbone.lower() in QWEN3VL_ALIASES or _is_qwen3vl(backbone):
-        return "canopy_lit.encoders.qwen3vl.Qwen3VLEncoder"
-    return "canopy_lit.encoders.text.TextEncoder"
-
-
 # Targets whose ``**kwargs`` are passed on to another callable: where they go, given the node.
 _KWARGS_GO_TO: dict[str, Callable[[DictConfig], str]] = {
-    "canopy_lit.encoders.load_encoder": _encoder_class,
     "canopy_lit.retrieval.hybrid.build_hybrid_retriever": lambda node: "canopy_lit.retrieval.build_retriever",
 }
 
@@ -593,17 +593,26 @@ def _target_keys(target: str | Callable[..., Any], node: DictConfig) -> dict[str
     return keys
 
 
-def _reader_keys(benchmark: str) -> dict[str, Key] | None:
-    """Options ``load_benchmark(benchmark, path, **options)`` takes: its reader's arguments and its own extras."""
-    from canopy_lit.data.base import BENCHMARKS
+def _reader_keys(benchmark: str, reader: Any = None) -> dict[str, Key] | None:
+    """Options ``load_benchmark(benchmark, path, reader=reader, **options)`` takes: its reader's arguments
+    and its own extras."""
+    from canopy_lit.data.base import BENCHMARKS, resolve_reader
     from canopy_lit.data.benchmark import load_benchmark
     from canopy_lit.data.readers import hf
 
     name = benchmark.lower()
-    if name not in BENCHMARKS:
+    if isinstance(reader, str):
+        try:
+            read = resolve_reader(reader)
+        except (ImportError, TypeError):
+            return None  # reported where the reader is named (_check_data_name)
+        name = reader.lower()
+    elif name in BENCHMARKS:
+        read = BENCHMARKS[name].read_fn()
+    else:
         return None  # an unknown benchmark is reported by name where it is chosen
     keys: dict[str, Key] = {}
-    readers = [BENCHMARKS[name].read_fn()] + ([hf.read] if name in hf.LAYOUTS else [])  # hub-layout files
+    readers = [read] + ([hf.read] if name in hf.LAYOUTS else [])  # hub-layout files
     for reader in readers:
         found = _target_keys(reader, OmegaConf.create({}))
         if found is None:
@@ -628,14 +637,16 @@ def _bm25_options(node: DictConfig, block: DictConfig, prefix: str, problems: li
 
 
 def _data_options(node: DictConfig, block: DictConfig, prefix: str, problems: list[str]) -> None:
-    name = _value(node, "name")
-    _check_options(block, prefix, _reader_keys(name) if isinstance(name, str) else None, None, problems)
+    name, reader = _value(node, "name"), _value(node, "reader")
+    keys = _reader_keys(name, reader if isinstance(reader, str) else None) if isinstance(name, str) else None
+    _check_options(block, prefix, keys, None, problems)
 
 
 def _benchmark_options(node: DictConfig, block: DictConfig, prefix: str, problems: list[str]) -> None:
     for name in map(str, block):
         if (options := _child(block, name)) is not None:
-            keys = _reader_keys(name)
+            reader = _value(options, "reader")
+            keys = _reader_keys(name, reader if isinstance(reader, str) else None)
             if keys is not None:
                 keys |= _schema_keys(BenchmarkOptionsSchema)
             _check_options(options, f"{prefix}{name}.", keys, BenchmarkOptionsSchema, problems)
@@ -832,11 +843,20 @@ def _rounds_of_a_closed_book(cfg: DictConfig, method: str) -> list[str]:
 
 
 def _check_data_name(data: Any, problems: list[str]) -> None:
-    from canopy_lit.data.base import BENCHMARKS
+    """``data.name`` is a registered benchmark, or ``data.reader`` names a reader (then the name is a label)."""
+    from canopy_lit.data.base import BENCHMARKS, resolve_reader
 
-    name = _value(data, "name")
-    if isinstance(name, str) and name.lower() not in BENCHMARKS:
-        problems.append(f"data.name must be one of {', '.join(sorted(BENCHMARKS))}, got {name!r}")
+    name, reader = _value(data, "name"), _value(data, "reader")
+    if isinstance(reader, str):
+        try:
+            resolve_reader(reader)
+        except (ImportError, TypeError) as err:
+            problems.append(f"data.reader: {err} (a registered benchmark or a dotted path to a reader)")
+    elif isinstance(name, str) and name.lower() not in BENCHMARKS:
+        problems.append(
+            f"data.name must be one of {', '.join(sorted(BENCHMARKS))}, got {name!r} "
+            "(or name its reader: data.reader=<registered name | dotted path>)"
+        )
 
 
 def _check_index_options(cfg: DictConfig, problems: list[str]) -> None:
@@ -859,10 +879,10 @@ def _check_index_options(cfg: DictConfig, problems: list[str]) -> None:
 def embedding_dim(backbone: str) -> int | None:
     """The embedding dimension of an encoder backbone from its local config file (None: not known here)."""
     from canopy_lit import assets
-    from canopy_lit.encoders import QWEN3VL_ALIASES, QWEN3VL_HUB_ID
+    from canopy_lit.encoders.qwen3vl import qwen3vl_backbone
 
     asset = _text_asset(backbone)
-    hub = QWEN3VL_HUB_ID if backbone.lower() in QWEN3VL_ALIASES else backbone
+    hub = qwen3vl_backbone(backbone)
     folder = assets.local_copy(assets.get_asset(asset)) if asset else assets.local_model_folder(hub)
     config = folder / "config.json" if folder is not None else None
     if config is None or not config.is_file():
@@ -966,10 +986,10 @@ def _environment_problems(cfg: DictConfig, skip: set[str]) -> list[str]:
             target = str(block["_target_"])
             if target in _TARGET_NEEDS and (line := _missing(_TARGET_NEEDS[target], where, target)):
                 problems.append(line)
-            if target == "canopy_lit.encoders.load_encoder":
+            if _is_encoder(encoder := _import(target)):
                 backbone = _value(OmegaConf.select(cfg, where), "backbone")
                 if isinstance(backbone, str):
-                    problems.extend(_encoder_problems(backbone, where))
+                    problems.extend(_encoder_problems(encoder, backbone, where))
             elif target in ("canopy_lit.llm.llamacpp.LlamaCppLLM", "canopy_lit.llm.vllm.VLLMLLM"):
                 llm = OmegaConf.select(cfg, where)
                 model = _value(llm, "model")
@@ -981,18 +1001,24 @@ def _environment_problems(cfg: DictConfig, skip: set[str]) -> list[str]:
     return problems
 
 
-def _encoder_problems(backbone: str, where: str) -> list[str]:
-    from canopy_lit import assets
-    from canopy_lit.encoders import QWEN3VL_ALIASES, QWEN3VL_HUB_ID, _is_qwen3vl
+def _is_encoder(obj: Any) -> bool:
+    """Whether a ``_target_`` is a node-encoder class (whose ``backbone`` this machine must provide)."""
+    from canopy_lit.encoders.base import NodeEncoder
 
-    low = backbone.lower()
+    return isinstance(obj, type) and issubclass(obj, NodeEncoder)
+
+
+def _encoder_problems(encoder: type, backbone: str, where: str) -> list[str]:
+    from canopy_lit import assets
+    from canopy_lit.encoders.qwen3vl import Qwen3VLEncoder, qwen3vl_backbone
+
     problems = []
-    qwen3vl = low in QWEN3VL_ALIASES or _is_qwen3vl(backbone)
+    qwen3vl = issubclass(encoder, Qwen3VLEncoder)
     if qwen3vl and (line := _missing(_QWEN3VL_NEEDS, where, "the Qwen3-VL encoder")):
         problems.append(line)
     if _text_asset(backbone):
         return problems  # an offline asset (installed package / package index), not a hub model
-    spec = QWEN3VL_HUB_ID if low in QWEN3VL_ALIASES else backbone
+    spec = qwen3vl_backbone(backbone) if qwen3vl else backbone
     reason = assets.hub_model_problem(spec)
     if reason:
         problems.append(

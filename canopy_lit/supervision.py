@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import IntEnum
 
 import numpy as np
 
@@ -12,6 +13,37 @@ from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.types import Item, Question, Tree
 
 Pair = tuple[int, int]  # (winner node id, loser node id): winner ≻ loser
+
+
+class PairKind(IntEnum):
+    """What a preference pair compares; the training batch carries these codes per pair (``pair_kind``).
+
+    P(v) holds three kinds (:func:`preference_pairs`), hard negatives a fourth; ``PADDING`` (0) marks
+    a batch's empty pair slots.
+    """
+
+    PADDING = 0
+    PARENT_OVER_CHILD = 1  # v ≻ c: a fully gold v over each child, a partly gold v over a gold-free child n
+    CHILD_OVER_PARENT = 2  # g ≻ v: a gold child over its partly gold parent (ties hold, as in refinement)
+    GOLD_OVER_SIBLING = 3  # g ≻ n: a gold child over a gold-free sibling
+    HARD_NEGATIVE = 4  # a gold node of {v} ∪ children(v) over a node of a distractor item
+
+
+def pair_kind(tree: Tree, winner: int, loser: int) -> PairKind:
+    """The kind of the P(v) pair ``winner ≻ loser`` of ``tree``, from the two nodes' places in the tree.
+
+    Raises:
+        ValueError: the nodes are neither parent and child nor siblings (no P(v) holds such a pair).
+    """
+    if tree.parent[winner] == loser:
+        return PairKind.CHILD_OVER_PARENT
+    if tree.parent[loser] == winner:
+        return PairKind.PARENT_OVER_CHILD
+    if winner != loser and tree.parent[winner] == tree.parent[loser] >= 0:
+        return PairKind.GOLD_OVER_SIBLING
+    raise ValueError(
+        f"item {tree.item.id!r}: pair {winner} ≻ {loser} is neither parent / child nor siblings: no PairKind"
+    )
 
 
 def gold_counts(tree: Tree, gold_leaves: Iterable[int]) -> np.ndarray:
@@ -42,7 +74,7 @@ def visited_nodes(tree: Tree, gold_leaves: Iterable[int]) -> list[int]:
 
 
 def preference_pairs(tree: Tree, v: int, gold_leaves: Iterable[int] | np.ndarray) -> list[Pair]:
-    """P(v): fully gold -> v ≻ every child; partly gold -> g ≻ v, v ≻ n, g ≻ n.
+    """P(v): fully gold -> v ≻ every child; partly gold -> g ≻ v, v ≻ n, g ≻ n (kinds: :func:`pair_kind`).
 
     ``gold_leaves`` may also be the precomputed ``gold_counts`` array.
     """
@@ -76,6 +108,11 @@ class Instance:
     @property
     def depth(self) -> int:
         return int(self.tree.depth[self.node])
+
+    @property
+    def pair_kinds(self) -> list[PairKind]:
+        """The kind of each pair of ``pairs``, in order."""
+        return [pair_kind(self.tree, a, b) for a, b in self.pairs]
 
     @property
     def stop(self) -> bool:

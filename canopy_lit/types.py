@@ -12,6 +12,9 @@ from typing import Any
 
 import numpy as np
 
+# The evidence loop's stages, in order: records time each (``time/<stage>_s``) and reports read them by name
+STAGES = ("retrieve", "route", "trees", "encode", "refine", "aggregation", "critic", "reader")
+
 
 class Modality(str, Enum):
     TEXT = "text"
@@ -44,7 +47,19 @@ class Item:
 
     Exactly one payload field is set, matching ``modality``. ``sentences`` lets a
     benchmark hand over pre-split text (HotpotQA): the leaves are then these
-    sentences verbatim and ``text`` is their concatenation.
+    sentences verbatim and ``text`` is their concatenation. Field reference and the
+    JSONL form readers accept without code: docs/how-to/custom-data.md.
+
+    Attributes:
+        id: globally unique, ``"<benchmark>:<source id>"``.
+        modality: which payload is set (text, table, image, video).
+        title: shown with every node of the item.
+        text: text payload; its leaves are sentences with character offsets into it.
+        sentences: pre-split text payload; each sentence is a leaf.
+        table: ``Table(header, rows, caption)``; each row is a leaf, the header travels with every node.
+        image: image file; one leaf. ``meta["caption"]`` is the text a text-only encoder scores.
+        video: ``VideoRef(path, start, end)`` in seconds; 30-s clips from ``start`` are the leaves.
+        meta: free-form (readers record provenance here).
     """
 
     id: str
@@ -233,6 +248,16 @@ class Question:
     list means the item is gold but its span could not be located (treated as
     whole-gold: it yields no training instance). ``choices`` holds the options
     of multiple-choice questions (answer = option letter).
+
+    Attributes:
+        id: unique within its benchmark.
+        text: the question.
+        answers: gold answers; a question without one is skipped in QA mode (``no_answer``).
+        benchmark: the benchmark's name.
+        gold: item id -> gold leaf indices (``canopy_lit.data.gold_leaves`` computes them from spans).
+        choices: options of a multiple-choice question, or None.
+        meta: free-form; ``split`` (train / val / test) fixes the question's split and ``doc`` (document
+            ids) keeps questions that share a document in one split (``canopy_lit.data.splits``).
     """
 
     id: str

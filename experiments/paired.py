@@ -1,6 +1,7 @@
 """The paired end-to-end table from the run folders of ``scripts/paired.sh``: ``python experiments/paired.py``.
 
-Reads ``experiments/runs/paired/<benchmark>/<system>/predictions.jsonl``, keeps the questions that every
+Reads ``experiments/runs/paired/<benchmark>/<system>/predictions.jsonl`` (unpacked from
+``experiments/runs/paired.zip`` first), keeps the questions that every
 system of a benchmark answered (status ok: a paired comparison), and reports per system the mean EM,
 F1, evidence tokens and LLM calls, then each difference canopy - other in EM, F1 and evidence tokens
 with a paired bootstrap 95% CI (``canopy_lit.eval.metrics.paired_bootstrap_ci``, BCa). Writes
@@ -24,6 +25,7 @@ if str(ROOT) not in sys.path:  # runnable from a source checkout without install
 
 from canopy_lit.eval.metrics import paired_bootstrap_ci  # noqa: E402
 from canopy_lit.eval.records import read_predictions  # noqa: E402
+from canopy_lit.report.archive import ensure_unpacked  # noqa: E402
 
 SYSTEMS = {
     "canopy": "canopy",
@@ -91,7 +93,7 @@ def paired_rows(runs: dict[str, dict[str, dict]], n_boot: int = 2000) -> tuple[i
 def render(root: Path, n_boot: int = 2000) -> str:
     data = load(root)
     if not data:
-        return f"_No paired runs under {root.relative_to(ROOT) if root.is_relative_to(ROOT) else root} yet: run `scripts/paired.sh`._\n"
+        return f"_No paired runs under {Path(*root.parts[-3:]).as_posix()} yet: run `scripts/paired.sh`._\n"
     lines = []
     for bench in sorted(data, key=lambda b: list(BENCH_NAMES).index(b) if b in BENCH_NAMES else 99):
         n, per, diffs = paired_rows(data[bench], n_boot)
@@ -117,6 +119,30 @@ def replace_block(path: Path, name: str, body: str) -> bool:
     return True
 
 
+def generate(
+    root: Path = ROOT, runs: Path | None = None, out: Path | None = None, docs: Sequence[Path] | None = None,
+    n_boot: int = 2000, echo: bool = False,
+) -> dict[str, Path]:
+    """tables/paired.md and the ``table:paired`` blocks of README.md and experiments/README.md under ``root``,
+    from ``runs`` (default experiments/runs/paired, unpacked from its archive first). ``echo``: print the table."""
+    runs = runs if runs is not None else root / "experiments" / "runs" / "paired"
+    out = out if out is not None else root / "experiments" / "tables" / "paired.md"
+    docs = docs if docs is not None else [root / "README.md", root / "experiments" / "README.md"]
+    ensure_unpacked([runs])
+    body = render(runs, n_boot)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(body, encoding="utf-8")
+    written = {"table:paired": out}
+    for doc in docs:
+        if doc.is_file() and replace_block(doc, "paired", body):
+            written[f"block:paired:{doc.name}"] = doc
+            if echo:
+                print(f"updated {doc}", file=sys.stderr)
+    if echo:
+        print(body)
+    return written
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=Path, default=ROOT / "experiments" / "runs" / "paired")
@@ -124,13 +150,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--docs", type=Path, nargs="*", default=[ROOT / "README.md", ROOT / "experiments" / "README.md"])
     ap.add_argument("--n-boot", type=int, default=2000)
     args = ap.parse_args(argv)
-    body = render(args.runs, args.n_boot)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(body, encoding="utf-8")
-    for doc in args.docs:
-        if doc.is_file() and replace_block(doc, "paired", body):
-            print(f"updated {doc}", file=sys.stderr)
-    print(body)
+    generate(ROOT, args.runs, args.out, args.docs, args.n_boot, echo=True)
 
 
 if __name__ == "__main__":

@@ -3,9 +3,10 @@
 Each run folder is one ``python train.py experiment=quickstart <overrides>`` (its metrics.json holds the
 best validation score and the test metrics of f0 and fθ). Rows are selected on validation only
 (``val/best_decision_accuracy``); test is reported once per row. Writes experiments/tables/recipe.md
-and rewrites the ``<!-- BEGIN table:recipe -->`` block of experiments/recipe.md.
+and rewrites the ``<!-- BEGIN table:recipe -->`` block (and the probe, margin and selection blocks) of
+experiments/recipe.md; the study archives under experiments/runs are unpacked first.
 
-    python experiments/recipe.py --runs experiments/runs/recipe
+    python experiments/recipe.py [--runs experiments/runs]
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from canopy_lit.eval.metrics import paired_ratio_bootstrap_ci  # noqa: E402
+from canopy_lit.report.archive import ensure_unpacked  # noqa: E402
 from experiments.paired import replace_block  # noqa: E402
 
 BENCHES = ("hotpotqa", "nq", "ottqa", "tatqa")
@@ -32,13 +34,22 @@ def _pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:.1f}"
 
 
-def _overrides(run: Path) -> str:
+def run_overrides(run: Path) -> list[str] | None:
+    """A run's command-line overrides: ``run.json`` (committed runs), else ``.hydra/overrides.yaml``; None without either."""
+    record = run / "run.json"
+    if record.is_file() and "overrides" in (recorded := json.loads(record.read_text(encoding="utf-8"))):
+        return [str(o) for o in recorded["overrides"]]
     path = run / ".hydra" / "overrides.yaml"
-    if not path.is_file():
+    return [str(o) for o in yaml.safe_load(path.read_text(encoding="utf-8")) or []] if path.is_file() else None
+
+
+def _overrides(run: Path) -> str:
+    overrides = run_overrides(run)
+    if overrides is None:
         return ""
     # the protocol's own overrides are left out; another experiment preset (e.g. quickstart_mpnet) is the row's point
     common = ("hydra.", "experiment=quickstart", "trainer.max_time", "datamodule.options.nq.max_questions.test")
-    keep = [o for o in yaml.safe_load(path.read_text()) or [] if not o.startswith(common) or o.startswith("experiment=quickstart_")]
+    keep = [o for o in overrides if not o.startswith(common) or o.startswith("experiment=quickstart_")]
     return " ".join(f"`{o}`" for o in keep) or "(quickstart default)"
 
 
@@ -379,26 +390,33 @@ def margin_plot(runs: Sequence[dict], out: Path, split: str = "val", only: Seque
     return _save(fig, out)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=Path, default=ROOT / "experiments" / "runs" / "recipe")
-    ap.add_argument("--out", type=Path, default=ROOT / "experiments" / "tables" / "recipe.md")
-    ap.add_argument("--doc", type=Path, default=ROOT / "experiments" / "recipe.md")
-    ap.add_argument("--probes", type=Path, default=ROOT / "experiments" / "runs" / "probe")
-    ap.add_argument("--margins", type=Path, default=ROOT / "experiments" / "runs" / "margin")
-    ap.add_argument("--valprobes", type=Path, default=ROOT / "experiments" / "runs" / "valprobe")
-    ap.add_argument("--valprobes-mpnet", type=Path, default=ROOT / "experiments" / "runs" / "valprobe_mpnet")
-    ap.add_argument("--selection-tests", type=Path, default=ROOT / "experiments" / "runs" / "selection_test")
-    # TAT-QA is never trained or selected on: its validation questions, and its whole file, are zero-shot too
-    ap.add_argument("--zeroshot-val", type=Path, default=ROOT / "experiments" / "runs" / "zeroshot_val")
-    ap.add_argument("--zeroshot-all", type=Path, default=ROOT / "experiments" / "runs" / "zeroshot_all")
-    args = ap.parse_args(argv)
-    body = render(args.runs)
-    probes = probe_table(args.probes)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(body + "\n" + probes, encoding="utf-8")
-    probe_plot(args.probes, ROOT / "experiments" / "img" / "recipe_accuracy_vs_recall.png")
-    margins = margin_runs(args.margins)
+STUDIES = ("recipe", "probe", "margin", "valprobe", "valprobe_mpnet", "selection_test", "zeroshot_val", "zeroshot_all")
+
+
+def generate(
+    root: Path = ROOT, runs: Path | None = None, out: Path | None = None, doc: Path | None = None, echo: bool = False
+) -> dict[str, Path]:
+    """Every recipe-study output under ``root``: the tables (``out``, default tables/recipe.md), the plots
+    (experiments/img) and the blocks of ``doc`` (default experiments/recipe.md), from the study folders
+    under ``runs`` (default experiments/runs; archives unpacked first). ``echo``: print every table."""
+    runs = runs if runs is not None else root / "experiments" / "runs"
+    out = out if out is not None else root / "experiments" / "tables" / "recipe.md"
+    doc = doc if doc is not None else root / "experiments" / "recipe.md"
+    img = root / "experiments" / "img"
+    ensure_unpacked([runs / s for s in STUDIES])
+    written: dict[str, Path] = {}
+
+    def plot(name: str, made: Path | None) -> None:
+        if made is not None:
+            written[f"plot:{name}"] = made
+
+    body = render(runs / "recipe")
+    probes = probe_table(runs / "probe")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(body + "\n" + probes, encoding="utf-8")
+    written["table:recipe"] = out
+    plot("recipe_accuracy_vs_recall", probe_plot(runs / "probe", img / "recipe_accuracy_vs_recall.png"))
+    margins = margin_runs(runs / "margin")
     margin_body = margin_table(margins)
     for scorer in sorted({r["scorer"] for r in margins} - {"f0"}):
         chosen = choose_margin(margins, scorer)
@@ -407,42 +425,55 @@ def main(argv: Sequence[str] | None = None) -> None:
             + (f"δ = {chosen:g}" if chosen is not None else "no δ of the grid")
             + " (the smallest δ keeping at least f0's gold recall on NQ and OTT-QA val).\n"
         )
-    margin_plot(margins, ROOT / "experiments" / "img" / "margin_accuracy_vs_recall.png")
-    valprobes = margin_runs(args.valprobes, scorer_part=0)
+    plot("margin_accuracy_vs_recall", margin_plot(margins, img / "margin_accuracy_vs_recall.png"))
+    valprobes = margin_runs(runs / "valprobe", scorer_part=0)
     selection = selection_table(selection_grid(valprobes))
-    margin_plot(valprobes, ROOT / "experiments" / "img" / "selection_accuracy_vs_recall.png")
-    margin_plot(valprobes, ROOT / "experiments" / "img" / "selection_sibling_accuracy_vs_recall.png", only=SIBLING_ROWS)
-    margin_plot(valprobes, ROOT / "experiments" / "img" / "selection_interpolation_accuracy_vs_recall.png", only=INTERPOLATION_ROWS)
-    if chosen_tests := margin_runs(args.selection_tests, scorer_part=0):
+    plot("selection_accuracy_vs_recall", margin_plot(valprobes, img / "selection_accuracy_vs_recall.png"))
+    plot("selection_sibling_accuracy_vs_recall",
+         margin_plot(valprobes, img / "selection_sibling_accuracy_vs_recall.png", only=SIBLING_ROWS))
+    plot("selection_interpolation_accuracy_vs_recall",
+         margin_plot(valprobes, img / "selection_interpolation_accuracy_vs_recall.png", only=INTERPOLATION_ROWS))
+    if chosen_tests := margin_runs(runs / "selection_test", scorer_part=0):
         selection += (
             "\nThe choices of the recall rule (each when it was made: the grid grew), probed once on the test splits:\n\n"
             + margin_table(chosen_tests)
         )
-    mpnet_runs = margin_runs(args.valprobes_mpnet, scorer_part=0)
+    mpnet_runs = margin_runs(runs / "valprobe_mpnet", scorer_part=0)
     selection_mpnet = mpnet_selection(valprobes, mpnet_runs)
-    margin_plot(
+    plot("selection_mpnet_accuracy_vs_recall", margin_plot(
         [*(r for r in valprobes if r["scorer"] in ("f0", "base")), *({**r, "scorer": mpnet_label(r["scorer"])} for r in mpnet_runs)],
-        ROOT / "experiments" / "img" / "selection_mpnet_accuracy_vs_recall.png",
-    )
+        img / "selection_mpnet_accuracy_vs_recall.png",
+    ))  # fmt: skip
     # Every test probe against f0 on the same questions, with paired 95% intervals.
-    test_probes = margin_runs(args.probes, scorer_part=1)
+    test_probes = margin_runs(runs / "probe", scorer_part=1)
     paired_tests = paired_test_table([*test_probes, *chosen_tests], test_probes)
     if mpnet_tests := [r for r in test_probes if r["scorer"].startswith("ftheta_mpnet")]:
         own_f0 = [{**r, "scorer": "f0"} for r in test_probes if r["scorer"] == "mpnet_f0"]
         selection_mpnet += "\nmpnet's fθ on the test splits against mpnet's own f0 (paired 95% intervals):\n\n"
         selection_mpnet += paired_test_table(mpnet_tests, own_f0)
-    zeroshot = {name: margin_runs(path, scorer_part=0) for name, path in (("zeroshot_val", args.zeroshot_val), ("zeroshot_all", args.zeroshot_all))}
-    paired_zeroshot = {name: paired_test_table(runs, runs) for name, runs in zeroshot.items()}
-    if args.doc.is_file():
-        replace_block(args.doc, "selection", selection)
-        replace_block(args.doc, "recipe", body)
-        replace_block(args.doc, "recipe_probe", probes)
-        replace_block(args.doc, "margin", margin_body)
-        replace_block(args.doc, "paired_test", paired_tests)
-        replace_block(args.doc, "selection_mpnet", selection_mpnet)
-        for name, table in paired_zeroshot.items():
-            replace_block(args.doc, name, table)
-    print("\n".join([body, probes, margin_body, selection, selection_mpnet, paired_tests, *paired_zeroshot.values()]))
+    # TAT-QA is never trained or selected on: its validation questions, and its whole file, are zero-shot too
+    zeroshot = {name: margin_runs(runs / name, scorer_part=0) for name in ("zeroshot_val", "zeroshot_all")}
+    paired_zeroshot = {name: paired_test_table(rs, rs) for name, rs in zeroshot.items()}
+    blocks = {"selection": selection, "recipe": body, "recipe_probe": probes, "margin": margin_body,
+              "paired_test": paired_tests, "selection_mpnet": selection_mpnet, **paired_zeroshot}  # fmt: skip
+    if doc.is_file():
+        for name, table in blocks.items():
+            if replace_block(doc, name, table):
+                written[f"block:{name}"] = doc
+    if echo:
+        print("\n".join(blocks[name] for name in ("recipe", "recipe_probe", "margin", "selection", "selection_mpnet",
+                                                 "paired_test", "zeroshot_val", "zeroshot_all")))  # fmt: skip
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=Path, default=ROOT / "experiments" / "runs",
+                    help="folder of the study folders (recipe, probe, margin, valprobe, ...)")  # fmt: skip
+    ap.add_argument("--out", type=Path, default=ROOT / "experiments" / "tables" / "recipe.md")
+    ap.add_argument("--doc", type=Path, default=ROOT / "experiments" / "recipe.md")
+    args = ap.parse_args(argv)
+    generate(ROOT, args.runs, args.out, args.doc, echo=True)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@
 # Writes $OUT/gpu_check.json: per check its exit code, seconds and key numbers; exits non-zero when a
 # check failed. Each check runs even if an earlier one failed (the probe then uses f0).
 #   bash scripts/gpu_check.sh                        # OUT=outputs/gpu_check
-#   OUT=/tmp/gc STEPS=300 bash scripts/gpu_check.sh  # more training steps (default: the presets' 150)
+#   OUT=outputs/gc STEPS=300 bash scripts/gpu_check.sh  # more training steps (default: the presets' 150)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-outputs/gpu_check}
@@ -49,7 +49,7 @@ ADAPTER=null
 check probe_cuda "$PY" evaluate.py experiment=probe data=hotpotqa data.split=test encoder.device=cuda \
   encoder.adapter="$ADAPTER" progress=false hydra.run.dir="$OUT/probe_cuda"
 
-check bench_train_step_gpu "$PY" benchmarks/run.py --only train_step_gpu train_step_vs_raw \
+check bench_train_step_gpu "$PY" perf/run.py --only train_step_gpu train_step_vs_raw \
   --out "$OUT/bench_train_step.json"
 
 # pytest exits 5 when it collects nothing: no gpu-marked test is not a failure here.

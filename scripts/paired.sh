@@ -12,7 +12,9 @@
 # Resumable and incremental: questions are added in chunks of STEP up to N per benchmark, every system
 # of a benchmark reaching the same count before the next chunk (so the comparison stays paired whenever
 # the job stops). Run folders (predictions.jsonl + metrics.json, no caches) land in
-# OUT=experiments/runs/paired/<benchmark>/<system>/; commit them, then regenerate the table with
+# OUT=experiments/runs/paired/<benchmark>/<system>/ (the committed ones are unpacked from paired.zip first, so
+# a rerun resumes them); pack them (python -m canopy_lit.report pack experiments/runs/paired), commit
+# paired.zip, then regenerate the table with
 #   python experiments/paired.py
 # Knobs (environment): ADAPTER (required), OUT, N (default 50), STEP (default 10), BENCHMARKS
 # (default "hotpotqa nq"), THREADS (llama.cpp threads, default 1), RETRIEVAL (bm25 | default | hybrid),
@@ -31,6 +33,7 @@ RETRIEVAL=${RETRIEVAL:-bm25}
 PY=${PY:-.venv/bin/python}
 # relative to the checkout when inside it: run folders and their configs then name no machine path
 ADAPTER=$(cd "$CALLER" && realpath --relative-base="$OLDPWD" "$ADAPTER")
+[ ! -f "$OUT.zip" ] || "$PY" -m canopy_lit.report unpack --if-stale "$OUT.zip"
 
 SYSTEMS=(
   "canopy:method=canopy"

@@ -60,8 +60,9 @@ fi
 . .venv/bin/activate
 python -m pip install -q --upgrade pip
 install_torch
-# openai: the official client behind llm=openai (small, pure Python)
-python -m pip install -q -e ".[dev,video,openai,parallel]"
+# openai: the official client behind llm=openai (small, pure Python); wandb: logger=wandb and W&B sweeps
+# (offline without a key); optuna: the Hydra Optuna sweeper behind hparams_search=lora_optuna.
+python -m pip install -q -e ".[dev,video,openai,parallel,wandb,optuna,docs]"
 
 # Tesseract OCR for the CPU visual describer (Debian/Ubuntu; skipped elsewhere or without root).
 if ! command -v tesseract >/dev/null 2>&1; then

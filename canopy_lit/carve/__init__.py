@@ -5,26 +5,27 @@ Stages, one module each:
 - ``representations``: clips (30-s video leaves) under four configurations {visual, text} x {frame, clip}
 - ``retrieve``: stage 1, one retriever per configuration, one shared candidate pool
 - ``rerank``: stage 2, a cross-encoder rescoring each candidate under its retrieving configurations
+  (``ClipAdaptiveReranker``, CARVE's ranking; normalisations ``ZScore`` / ``MinMax`` / ``NoNormalisation``)
+- ``baselines``: single configurations, reciprocal rank fusion (the other rankings of ``carve/method``)
 - ``generate``: each top-k clip to the reader in its winning configuration's representation
-- ``baselines``: single configurations, reciprocal rank fusion
 - ``metrics``: retrieval recall@k against the evidence clip, top-1 temporal IoU, answer accuracy
-- ``pipeline``: ``CarvePipeline``, the run folder and its construction from config (``run(cfg)``, the
-  runner of ``method=carve``); CLI ``python -m canopy_lit.carve run|compare ...``
+- ``stages``: ``CarvePipeline``, one question through stage 1, the method's ranking and the reader
+- ``pipeline``: runs over question lists through the shared harness (``run(cfg)``, the runner of
+  ``method=carve``); CLI ``python -m canopy_lit.carve run|compare ...``
+
+Every part is built from config by ``canopy_lit.pipeline.build`` (``CarveParts``, ``build_carve_*``).
 """
 
 from __future__ import annotations
 
-from canopy_lit.carve.baselines import reciprocal_rank_fusion, single_config_ranking
+from canopy_lit.carve.baselines import (
+    FusionRanking,
+    SingleConfigRanking,
+    fused_ranking,
+    single_config_ranking,
+)
 from canopy_lit.carve.generate import CarveReader, EvidenceBlock, evidence_blocks, winner_distribution
 from canopy_lit.carve.metrics import Window, is_hit, recall_at_k, stage_metrics, temporal_iou, top1_tiou
-from canopy_lit.carve.pipeline import (
-    CarvePipeline,
-    SharedModels,
-    build_corpus,
-    build_pipeline,
-    parse_method,
-    run_methods,
-)
 from canopy_lit.carve.representations import (
     CONFIGS,
     CaptionSummariser,
@@ -42,24 +43,28 @@ from canopy_lit.carve.representations import (
 from canopy_lit.carve.rerank import (
     CandidateRepr,
     ClipAdaptiveReranker,
+    ClipRanking,
     ConfigScore,
     CrossEncoder,
     EmbeddingCrossEncoder,
     LLMYesNoCrossEncoder,
+    MinMax,
+    NoNormalisation,
+    Normalisation,
     RankedClip,
-    normalise,
+    ZScore,
     rank_clips,
 )
 from canopy_lit.carve.retrieve import Candidate, Hit, ParallelRetriever, build_pool, retrieve_config
+from canopy_lit.carve.stages import CarvePipeline, question_window
 
 __all__ = [
     "CONFIGS", "Candidate", "CandidateRepr", "CaptionSummariser", "CarvePipeline", "CarveReader",
-    "Clip", "ClipAdaptiveReranker", "ClipCorpus", "ConfigScore", "ConfigView", "CrossEncoder",
+    "Clip", "ClipAdaptiveReranker", "ClipCorpus", "ClipRanking", "ConfigScore", "ConfigView", "CrossEncoder",
     "DescribedFrameEmbedder", "DescriberSummariser", "EmbeddingCrossEncoder", "EncoderVisualEmbedder",
-    "EvidenceBlock", "Hit", "LLMSummariser", "LLMYesNoCrossEncoder", "ParallelRetriever", "RankedClip",
-    "SharedModels", "Summariser", "VisualEmbedder", "Window", "build_corpus", "build_pipeline", "build_pool",
-    "evidence_blocks", "is_hit",
-    "normalise", "parse_method", "rank_clips", "recall_at_k", "reciprocal_rank_fusion", "retrieve_config",
-    "run_methods", "single_config_ranking", "stage_metrics", "temporal_iou", "top1_tiou", "video_clips",
-    "winner_distribution",
+    "EvidenceBlock", "FusionRanking", "Hit", "LLMSummariser", "LLMYesNoCrossEncoder", "MinMax", "NoNormalisation",
+    "Normalisation", "ParallelRetriever", "RankedClip", "SingleConfigRanking", "Summariser", "VisualEmbedder",
+    "Window", "ZScore", "build_pool", "evidence_blocks", "fused_ranking", "is_hit", "question_window",
+    "rank_clips", "recall_at_k", "retrieve_config", "single_config_ranking", "stage_metrics", "temporal_iou",
+    "top1_tiou", "video_clips", "winner_distribution",
 ]  # fmt: skip

@@ -7,9 +7,13 @@
 
 Settings are the evaluate config composed with ``method=carve`` (configs/carve/ and the top-level
 ``encoder`` and ``llm`` groups); overrides are Hydra overrides, e.g. ``carve/reranker=embedding
-carve.generate=false llm=llamacpp_smollm2 carve.clips.clip_seconds=10``. ``compare`` builds the
-corpus once and runs every method into ``DIR/<method>/`` plus a joint ``DIR/table.md`` and
-``DIR/metrics.json``.
+carve.generate=false llm=llamacpp_smollm2 carve.clips.clip_seconds=10``. A method name stands for an
+option of the ``carve/method`` group: ``carve``, ``rrf``, ``single:<config>`` (``carve/method=single``
+with ``carve.method.config=<config>``). ``compare`` builds the corpus once and runs every method into
+``DIR/<method>/`` plus a joint ``DIR/table.md`` and ``DIR/metrics.json``.
+
+Exit status: 0 done; 1 the LLM backend kept failing (the records written stay, for a resume); 2 a
+usage or config error.
 """
 
 from __future__ import annotations
@@ -21,13 +25,29 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from canopy_lit.carve.pipeline import load_triples, metrics_table, parse_method, run_methods
-from canopy_lit.carve.representations import CONFIGS
+from canopy_lit.carve.pipeline import load_triples, metrics_table, run_methods
+from canopy_lit.carve.representations import CONFIGS, check_config
+from canopy_lit.eval.harness import RunFailed
+from canopy_lit.schema import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
+METHOD_GROUP = ROOT / "configs" / "carve" / "method"
 ALL_METHODS = ["carve", "rrf", *[f"single:{c}" for c in CONFIGS]]
+
+
+def method_option(name: str) -> DictConfig:
+    """The ``carve/method`` option a method name stands for: ``carve`` | ``rrf`` | ``single:<config>``."""
+    kind, _, config = name.strip().lower().partition(":")
+    path = METHOD_GROUP / f"{kind}.yaml"
+    if not path.is_file() or (kind == "single") != bool(config):
+        raise ValueError(f"unknown CARVE method {name!r}; use carve, rrf or single:<{'|'.join(CONFIGS)}>")
+    node = OmegaConf.load(path)
+    assert isinstance(node, DictConfig)
+    if config:
+        node.config = check_config(config)
+    return node
 
 
 def compose_cfg(triples: str, video_root: str, out: str, overrides: list[str], limit: int | None = None) -> DictConfig:
@@ -54,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--limit", type=int, default=None, help="only the first N triples")
         p.add_argument("overrides", nargs="*", help="Hydra overrides of the evaluate config")
         if name == "run":
-            p.add_argument("--method", default=None, help="carve | rrf | single:<config> (default: carve.method)")
+            p.add_argument("--method", default=None, help="carve | rrf | single:<config> (default: the carve/method choice)")
         else:
             p.add_argument("--methods", default="all", help=f"comma list or 'all' ({', '.join(ALL_METHODS)})")
     args = parser.parse_args(argv)
@@ -63,18 +83,23 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         cfg = compose_cfg(args.triples, args.video_root, args.out, args.overrides, args.limit)
-        if getattr(args, "method", None):
-            cfg.carve.method = args.method
-        methods = [str(cfg.carve.method)] if args.cmd == "run" else (
-            ALL_METHODS if args.methods == "all" else [m.strip() for m in args.methods.split(",") if m.strip()]
-        )  # fmt: skip
-        for m in methods:
-            parse_method(m)
+        if args.cmd == "run":
+            methods = [method_option(args.method) if args.method else cfg.carve.method]
+        else:
+            names = ALL_METHODS if args.methods == "all" else [m.strip() for m in args.methods.split(",") if m.strip()]
+            methods = [method_option(m) for m in names]
         questions, items = load_triples(cfg)
     except (HydraException, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    results = run_methods(cfg, questions, items, args.out, methods)
+    try:
+        results = run_methods(cfg, questions, items, args.out, methods)
+    except ConfigError as err:
+        print("\n".join(f"error: {line}" for line in err.problems), file=sys.stderr)
+        return 2
+    except RunFailed as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     print(metrics_table(list(results.items()), list(cfg.carve.recall_ks)))
     print(f"run folder: {args.out}")
     return 0

@@ -1,16 +1,21 @@
 """Baselines under the CARVE harness: each configuration alone, and fixed fusion (reciprocal rank fusion).
 
 Both skip stage 2 (no cross-encoder) and return ``RankedClip`` lists, so generation and
-metrics are the same code as CARVE's.
+metrics are the same code as CARVE's. Each is a ``ClipRanking`` of the ``carve/method`` group
+(``single``, ``rrf``); the functions below are their rankings.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
-from canopy_lit.carve.representations import CONFIGS, check_config
-from canopy_lit.carve.rerank import RankedClip
-from canopy_lit.carve.retrieve import Hit
+from canopy_lit.carve.representations import CONFIGS, ClipCorpus, check_config
+from canopy_lit.carve.rerank import ConfigScore, RankedClip
+from canopy_lit.carve.retrieve import Candidate, Hit
+from canopy_lit.retrieval.hybrid import reciprocal_rank_fusion
+
+ConfigName = Literal["visual_frame", "visual_clip", "text_frame", "text_clip"]
 
 
 def single_config_ranking(hits: Sequence[Hit], k: int) -> list[RankedClip]:
@@ -21,24 +26,69 @@ def single_config_ranking(hits: Sequence[Hit], k: int) -> list[RankedClip]:
     return out
 
 
-def reciprocal_rank_fusion(lists: Mapping[str, Sequence[Hit]], k: int, k_rrf: float = 60.0) -> list[RankedClip]:
-    """Fixed fusion: score(clip) = sum over configurations of 1 / (k_rrf + rank), ranks 1-based.
+def fused_ranking(lists: Mapping[str, Sequence[Hit]], k: int, rrf_k: float = 60.0) -> list[RankedClip]:
+    """Fixed fusion of the configurations' lists: score(clip) = sum over configurations of 1 / (rrf_k + rank).
 
-    A clip absent from a list contributes nothing for it. The clip's representation for
-    generation is the configuration where it ranked best (ties: ``CONFIGS`` order). Ties in
-    the fused score: clip index.
+    The fused scores are ``retrieval.hybrid.reciprocal_rank_fusion`` over the lists in ``CONFIGS``
+    order (ranks 1-based; a clip absent from a list contributes nothing for it). Ties in the fused
+    score: clip index. The clip's representation for generation is the configuration where it
+    ranked best (ties: ``CONFIGS`` order).
     """
-    fused: dict[int, float] = {}
-    best: dict[int, Hit] = {}
-    for config in CONFIGS:
-        for h in lists.get(config, ()):
-            fused[h.clip] = fused.get(h.clip, 0.0) + 1.0 / (k_rrf + h.rank)
-            b = best.get(h.clip)
-            if b is None or h.rank < b.rank:  # strict: an earlier configuration wins a tie
-                best[h.clip] = h
-    order = sorted(fused, key=lambda c: (-fused[c], c))[:k]
+    ranked = {c: sorted(lists.get(c, ()), key=lambda h: h.rank) for c in CONFIGS}
+    fused = reciprocal_rank_fusion([[h.clip for h in ranked[c]] for c in CONFIGS], rrf_k=rrf_k)
+    order = sorted(fused, key=lambda pair: (-pair[1], pair[0]))[:k]
     out = []
-    for c in order:
-        per = {cfg: 1.0 / (k_rrf + h.rank) for cfg in CONFIGS for h in lists.get(cfg, ()) if h.clip == c}
-        out.append(RankedClip(c, best[c].config, fused[c], best[c].unit, per, {cfg: float(v) for cfg, v in per.items()}))
+    for clip, score in order:
+        hits = [h for c in CONFIGS for h in ranked[c] if h.clip == clip]
+        best = min(hits, key=lambda h: h.rank)  # min keeps the first: an earlier configuration wins a tie
+        per = {h.config: 1.0 / (rrf_k + h.rank) for h in hits}
+        out.append(RankedClip(clip, best.config, score, best.unit, per, dict(per)))
     return out
+
+
+class FusionRanking:
+    """``carve/method=rrf``: reciprocal rank fusion of the four configurations' lists, no reranking.
+
+    Args:
+        rrf_k: the RRF constant (``carve.rrf_k``).
+    """
+
+    name = "rrf"
+    reranks = False
+    calls = 0
+
+    def __init__(self, rrf_k: float = 60.0) -> None:
+        if rrf_k < 0:
+            raise ValueError(f"carve.rrf_k must be >= 0, got {rrf_k}")
+        self.rrf_k = float(rrf_k)
+
+    def rank(
+        self, query: str, pool: Sequence[Candidate], lists: Mapping[str, Sequence[Hit]], corpus: ClipCorpus, k: int
+    ) -> tuple[list[RankedClip], list[ConfigScore]]:
+        return fused_ranking(lists, k, self.rrf_k), []
+
+    def settings(self) -> dict[str, Any]:
+        return {}
+
+
+class SingleConfigRanking:
+    """``carve/method=single``: one configuration's retrieval list as the final ranking, no reranking.
+
+    Args:
+        config: visual_frame | visual_clip | text_frame | text_clip (spellings as ``check_config`` reads them).
+    """
+
+    reranks = False
+    calls = 0
+
+    def __init__(self, config: ConfigName) -> None:
+        self.config = check_config(config)
+        self.name = f"single:{self.config}"
+
+    def rank(
+        self, query: str, pool: Sequence[Candidate], lists: Mapping[str, Sequence[Hit]], corpus: ClipCorpus, k: int
+    ) -> tuple[list[RankedClip], list[ConfigScore]]:
+        return single_config_ranking(lists[self.config], k), []
+
+    def settings(self) -> dict[str, Any]:
+        return {}

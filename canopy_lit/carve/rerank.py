@@ -5,30 +5,31 @@ it*; frame-level configurations score each of the clip's frames and keep the bes
 scores by its best frame, as in retrieval). Scores are then normalised **within each
 configuration** over that configuration's candidates, so that a configuration whose scorer is
 systematically more generous (longer clip summaries read as more relevant) cannot crowd out the
-others:
+others. The ``carve/normalisation`` group picks one:
 
-- ``zscore`` (default): (s - mean) / std over the configuration's candidates; a configuration
+- ``ZScore`` (default): (s - mean) / std over the configuration's candidates; a configuration
   with one candidate or constant scores gives 0.
-- ``minmax``: (s - min) / (max - min); constant scores give 0.5.
-- ``none``: raw scores (comparable when the scorer is calibrated, e.g. P(yes) of one model).
+- ``MinMax``: (s - min) / (max - min); constant scores give 0.5.
+- ``NoNormalisation``: raw scores (comparable when the scorer is calibrated, e.g. P(yes) of one model).
 
 All (clip, configuration) scores are ranked together. A clip's *winning configuration* is the
 argmax of its normalised per-configuration scores (ties: ``CONFIGS`` order); the clip ranks by
 that winning score, so the final top-k interleaves clips won by different configurations.
+
+``ClipAdaptiveReranker`` is CARVE's ``ClipRanking`` (``carve/method=carve``); the fixed baselines in
+``baselines`` are the others.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from canopy_lit.carve.representations import CONFIGS, ClipCorpus, is_frame_level, modality_of
-from canopy_lit.carve.retrieve import Candidate
+from canopy_lit.carve.retrieve import Candidate, Hit
 from canopy_lit.hierarchy.base import Frame
-
-Normalisation = Literal["zscore", "minmax", "none"]
 
 
 @dataclass(frozen=True)
@@ -100,19 +101,49 @@ class EmbeddingCrossEncoder:
         return [float(x) for x in self.encoder.score(query, [c.text for c in candidates]).tolist()]
 
 
-def normalise(scores: Sequence[float], method: Normalisation = "zscore") -> list[float]:
-    """Normalise one configuration's scores (see module docstring for the rules)."""
-    xs = [float(s) for s in scores]
-    if method == "none" or not xs:
-        return xs
-    if method == "zscore":
+@runtime_checkable
+class Normalisation(Protocol):
+    """One configuration's scores -> scores comparable across configurations; ``name`` is the run's label."""
+
+    name: str
+
+    def __call__(self, scores: Sequence[float]) -> list[float]: ...
+
+
+class ZScore:
+    """(s - mean) / std over the configuration's candidates; one candidate or constant scores give 0."""
+
+    name = "zscore"
+
+    def __call__(self, scores: Sequence[float]) -> list[float]:
+        xs = [float(s) for s in scores]
+        if not xs:
+            return xs
         mean = sum(xs) / len(xs)
         std = math.sqrt(sum((x - mean) ** 2 for x in xs) / len(xs))
         return [(x - mean) / std if std > 1e-12 else 0.0 for x in xs]
-    if method == "minmax":
+
+
+class MinMax:
+    """(s - min) / (max - min); constant scores give 0.5."""
+
+    name = "minmax"
+
+    def __call__(self, scores: Sequence[float]) -> list[float]:
+        xs = [float(s) for s in scores]
+        if not xs:
+            return xs
         lo, hi = min(xs), max(xs)
         return [(x - lo) / (hi - lo) if hi - lo > 1e-12 else 0.5 for x in xs]
-    raise ValueError(f"carve.normalisation must be zscore, minmax or none, got {method!r}")
+
+
+class NoNormalisation:
+    """Raw scores: comparable only when the scorer is calibrated across representations (P(yes) of one model)."""
+
+    name = "none"
+
+    def __call__(self, scores: Sequence[float]) -> list[float]:
+        return [float(s) for s in scores]
 
 
 @dataclass(frozen=True)
@@ -159,28 +190,55 @@ def rank_clips(scores: Sequence[ConfigScore], k: int) -> list[RankedClip]:
     return ranked[:k]
 
 
+@runtime_checkable
+class ClipRanking(Protocol):
+    """A CARVE method's ranking (the ``carve/method`` group): stage-1 results -> the final top-k clips.
+
+    Attributes:
+        name: the method's label in records, tables and compare folders (``carve``, ``rrf``,
+            ``single:<config>``).
+        calls: cross-encoder calls made so far (0 for methods without stage 2).
+        reranks: whether a stage-2 model rescores the pool (timed as ``retrieve+rerank``).
+    """
+
+    name: str
+    calls: int
+    reranks: bool
+
+    def rank(
+        self, query: str, pool: Sequence[Candidate], lists: Mapping[str, Sequence[Hit]], corpus: ClipCorpus, k: int
+    ) -> tuple[list[RankedClip], list[ConfigScore]]:
+        """(final top-``k`` ranking, every stage-2 score: empty without stage 2)."""
+        ...
+
+    def settings(self) -> dict[str, Any]:
+        """What the run folder's ``run_meta.json`` and setting line record of this method."""
+        ...
+
+
 class ClipAdaptiveReranker:
-    """Rescore a stage-1 pool under each candidate's retrieving configurations and rank them together.
+    """CARVE's ranking: rescore a stage-1 pool under each candidate's retrieving configurations, rank together.
 
     Args:
-        cross_encoder: the relevance scorer (``CrossEncoder``).
-        normalisation: ``zscore`` | ``minmax`` | ``none`` (within configuration).
+        cross_encoder: the relevance scorer (``CrossEncoder``; the ``carve/reranker`` group).
+        normalisation: within-configuration normalisation (the ``carve/normalisation`` group; default z-score).
         frame_units: for frame-level configurations, score ``all`` frames of the clip and keep the
             best, or only the ``best`` frame the retriever matched (fewer scorer calls).
     """
 
+    name = "carve"
+    reranks = True
+
     def __init__(
         self,
         cross_encoder: CrossEncoder,
-        normalisation: Normalisation = "zscore",
+        normalisation: Normalisation | None = None,
         frame_units: Literal["all", "best"] = "all",
     ) -> None:
-        if normalisation not in ("zscore", "minmax", "none"):
-            raise ValueError(f"carve.normalisation must be zscore, minmax or none, got {normalisation!r}")
         if frame_units not in ("all", "best"):
             raise ValueError(f"carve.frame_units must be 'all' or 'best', got {frame_units!r}")
         self.cross_encoder = cross_encoder
-        self.normalisation = normalisation
+        self.normalisation: Normalisation = normalisation if normalisation is not None else ZScore()
         self.frame_units = frame_units
         self.calls = 0
 
@@ -211,9 +269,18 @@ class ClipAdaptiveReranker:
         out: list[ConfigScore] = []
         for config in CONFIGS:
             rows = [r for r in raw if r[1] == config]
-            for (clip, cfg, s, u), n in zip(rows, normalise([r[2] for r in rows], self.normalisation)):
+            for (clip, cfg, s, u), n in zip(rows, self.normalisation([r[2] for r in rows])):
                 out.append(ConfigScore(clip, cfg, s, n, u))
         return out
 
     def __call__(self, query: str, pool: Sequence[Candidate], corpus: ClipCorpus, k: int) -> list[RankedClip]:
         return rank_clips(self.score_pool(query, pool, corpus), k)
+
+    def rank(
+        self, query: str, pool: Sequence[Candidate], lists: Mapping[str, Sequence[Hit]], corpus: ClipCorpus, k: int
+    ) -> tuple[list[RankedClip], list[ConfigScore]]:
+        scored = self.score_pool(query, pool, corpus)
+        return rank_clips(scored, k), scored
+
+    def settings(self) -> dict[str, Any]:
+        return {"reranker": self.cross_encoder.kind, "normalisation": self.normalisation.name}

@@ -3,14 +3,18 @@
 Readers import ``Benchmark`` from here, and the registry names each reader by its import path,
 so this module imports no reader: no circle between the registry and the readers.
 
-Add a benchmark: one reader module in ``canopy_lit/data/readers/`` with
-``read(path, **options) -> Benchmark``, one entry in ``BENCHMARKS`` below (the only place that
-lists benchmarks), and ``configs/data/<name>.yaml`` with ``name: <key>``.
+Own data needs no code: ``data=custom data.path=FILE`` reads questions, items and gold spans from JSONL or a
+Hugging Face dataset on disk (``readers/custom.py``, docs/how-to/custom-data.md). A reader outside the
+package needs no edit here either: ``data.reader=mypkg.readers.MyBench`` (a dotted path, ``resolve_reader``),
+or ``register_benchmark`` from Python. A benchmark of the package: one reader module in
+``canopy_lit/data/readers/`` with ``read(path, **options) -> Benchmark``, one entry in ``BENCHMARKS`` below
+(the only place that lists them), and ``configs/data/<name>.yaml`` with ``name: <key>``.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -132,10 +136,49 @@ class BenchmarkSpec:
 
     def read_fn(self) -> Callable[..., Benchmark]:
         """The reader function (imports its module when ``reader`` is a path)."""
-        if callable(self.reader):
-            return self.reader
-        module, _, name = self.reader.rpartition(".")
-        return getattr(importlib.import_module(module), name)
+        return resolve_reader(self.reader)
+
+
+def resolve_reader(reader: str | Callable[..., Any]) -> Callable[..., Benchmark]:
+    """The function that reads a benchmark: ``read(path, **options) -> Benchmark``.
+
+    Args:
+        reader: a callable; a key of ``BENCHMARKS`` (``custom``, ``hotpotqa`` ...); or a dotted import path
+            (``mypkg.readers.MyBench``) of a function, of a class with a ``read`` method (instantiated
+            without arguments) or of a module with a ``read`` function.
+
+    Raises:
+        ImportError: the path does not import (the message names it). TypeError: it names no reader.
+    """
+    if isinstance(reader, str) and reader.lower() in BENCHMARKS:
+        return BENCHMARKS[reader.lower()].read_fn()
+    target: Any = reader
+    if isinstance(reader, str):
+        target = _import(reader)
+    if inspect.ismodule(target) or inspect.isclass(target):
+        what = "module" if inspect.ismodule(target) else "class"
+        if not callable(getattr(target, "read", None)):
+            raise TypeError(f"reader {reader!r}: the {what} has no read(path, **options) -> Benchmark")
+        target = target.read if inspect.ismodule(target) else target().read
+    if not callable(target):
+        raise TypeError(f"reader {reader!r} is a {type(target).__name__}, not a function, class or module")
+    return target
+
+
+def _import(path: str) -> Any:
+    """The object a dotted path names: a module, or an attribute of one."""
+    try:
+        return importlib.import_module(path)
+    except ImportError as err:
+        module, _, attr = path.rpartition(".")
+        if not module or (err.name is not None and err.name != path):
+            raise ImportError(f"reader {path!r} does not import ({err})") from err
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except ImportError as err:
+        raise ImportError(f"reader {path!r} does not import ({err})") from err
+    except AttributeError as err:
+        raise ImportError(f"reader {path!r}: module {module!r} has no {attr!r}") from err
 
 
 _READERS = "canopy_lit.data.readers"
@@ -175,7 +218,37 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
         None,
         "Hugging Face dataset on disk (save_to_disk / parquet / JSONL; layout=hotpotqa|nq|2wikimultihopqa|musique)",
     ),
+    "custom": BenchmarkSpec(
+        f"{_READERS}.custom.read",
+        None,
+        "Your questions, items and gold spans: JSONL / JSON or a Hugging Face dataset on disk (docs/how-to/custom-data.md)",
+    ),
 }
+
+
+def register_benchmark(
+    name: str,
+    reader: str | Callable[..., Benchmark],
+    description: str = "",
+    bundled: str | None = None,
+    defaults: dict[str, Any] | None = None,
+    replace: bool = False,
+) -> BenchmarkSpec:
+    """Add a benchmark to ``BENCHMARKS`` from outside the package (for this process).
+
+    Args:
+        name: the key ``load_benchmark`` and ``data.name`` use (lower case).
+        reader: the reader or its dotted path (see ``resolve_reader``), resolved here so a typo fails now.
+        description, bundled, defaults: as in ``BenchmarkSpec``.
+        replace: allow replacing an existing entry (otherwise a clash is a ValueError).
+    """
+    key = name.lower()
+    if key in BENCHMARKS and not replace:
+        raise ValueError(f"benchmark {key!r} is already registered (pass replace=True to change it)")
+    resolve_reader(reader)
+    spec = BenchmarkSpec(reader, bundled, description, dict(defaults or {}))
+    BENCHMARKS[key] = spec
+    return spec
 
 
 def bundled_benchmarks() -> list[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import lightning as L
@@ -27,8 +27,9 @@ from canopy_lit.data.splits import split_questions
 from canopy_lit.encoders.base import EncoderInput
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.schema import ConfigError
-from canopy_lit.supervision import Instance, add_hard_negatives, training_instances
+from canopy_lit.supervision import Instance, PairKind, add_hard_negatives, training_instances
 from canopy_lit.supervision import InstanceStats as SplitStats
+from canopy_lit.training.batch import PreferenceBatch
 from canopy_lit.types import NodeInput, Question, Tree
 
 log = logging.getLogger(__name__)
@@ -39,26 +40,26 @@ SPLITS = ("train", "val", "test")
 # Hard negatives only shape training: val / test batches stay P(v)-only, so selection and test
 # numbers remain comparable with runs trained without them.
 HARD_NEGATIVE_SPLITS = ("train",)
+REAL_PAIR_KINDS = frozenset(PairKind) - {PairKind.PADDING}
 
 
 @dataclass
 class Example:
     """One instance, rendered: node inputs of v and its children, pairs as local indices into ``inputs``.
 
-    With hard negatives, their inputs follow the children and their pairs follow P(v)'s, flagged
-    False in ``in_tree`` (empty ``in_tree`` = every pair in the tree).
+    With hard negatives, their inputs follow the children and their pairs (kind ``HARD_NEGATIVE``)
+    follow P(v)'s.
     """
 
     question: str
     inputs: list[NodeInput]  # inputs[0] = v, then children in leaf order, then hard negatives
     pairs: list[tuple[int, int]]  # (winner, loser) local indices
-    tie_ok: list[bool]  # winner is a child of loser (ties hold, as in refinement)
+    kinds: list[PairKind]  # per pair: what it compares (PADDING is no kind of a real pair)
     benchmark: int
     depth: int
     question_id: str = ""
     item_id: str = ""
     stop: bool = False  # v fully gold: refinement should keep it whole (else descend)
-    in_tree: list[bool] = field(default_factory=list)  # per pair: P(v) (True) or cross-item hard negative
 
     @property
     def texts(self) -> list[str]:
@@ -86,19 +87,17 @@ def render_instance(
     local = {n: i for i, n in enumerate(ids)}
     inputs = [render(tree, n) for n in ids] + [render(t, n) for t, n in inst.hard_negatives]
     pairs = [(local[a], local[b]) for a, b in inst.pairs]
-    tie_ok = [bool(tree.parent[a] == b) for a, b in inst.pairs]
     hard = [(local[g], len(ids) + k) for g, k in inst.hard_pairs]
     return Example(
         inst.question,
         inputs,
         pairs + hard,
-        tie_ok + [False] * len(hard),  # across items there is no parent / child tie rule
+        inst.pair_kinds + [PairKind.HARD_NEGATIVE] * len(hard),
         benchmark_id,
         inst.depth,
         inst.question_id,
         tree.item.id,
         inst.stop,
-        [True] * len(pairs) + [False] * len(hard),
     )
 
 
@@ -242,23 +241,10 @@ class GroupedBatchSampler(DistributedSampler):
 
 
 class PreferenceCollate:
-    """Examples -> one batch with each distinct node input and question tokenised once.
+    """Examples -> one :class:`PreferenceBatch` with each distinct node input and question tokenised once.
 
     Tokens come from a cache filled once per dataset (:meth:`pretokenize`), so a batch only pads and
     stacks id lists; inputs missing from the cache (visual nodes, ad-hoc examples) are tokenised here.
-
-    Batch keys:
-        ``node_tokens`` / ``query_tokens``: tokenised distinct inputs (U, L) / (Q, L);
-        ``node_texts`` / ``query_texts``: the distinct texts (U,) / (Q,);
-        ``query_index``: (N,) row of each instance's question;
-        ``winner`` / ``loser``: (N, P) rows into the distinct nodes, padded with 0;
-        ``mask`` / ``tie_ok``: (N, P) bool; ``benchmark`` / ``depth``: (N,) long;
-        ``stop``: (N,) bool, v is fully gold (its pairs are v ≻ every child);
-        ``question_ids`` / ``item_ids``: (N,) the instance's (question, gold item);
-        ``node_keys``: (U,) (text, frames) of each distinct node, only when some node has frames: visual
-        nodes may share a text (the eval embedding cache keys on these);
-        ``pair_in_tree``: (N, P) bool, only when some example has hard negatives: True for P(v)'s pairs,
-        False for gold node ≻ distractor node (the loss reads ``mask``, decision metrics only these).
     """
 
     def __init__(self, tokenize: Tokenize | None = None) -> None:
@@ -304,16 +290,14 @@ class PreferenceCollate:
             for name in rows[0]
         }
 
-    def __call__(self, examples: Sequence[Example]) -> dict[str, Any]:
+    def __call__(self, examples: Sequence[Example]) -> PreferenceBatch:
         node_row: dict[Any, int] = {}
         node_inputs: list[NodeInput] = []
         query_row: dict[str, int] = {}
         n, p = len(examples), max(max((len(e.pairs) for e in examples), default=1), 1)
         winner = torch.zeros(n, p, dtype=torch.long)
         loser = torch.zeros(n, p, dtype=torch.long)
-        mask = torch.zeros(n, p, dtype=torch.bool)
-        tie_ok = torch.zeros(n, p, dtype=torch.bool)
-        in_tree = torch.zeros(n, p, dtype=torch.bool)
+        pair_kind = torch.full((n, p), PairKind.PADDING, dtype=torch.long)
         qidx = torch.empty(n, dtype=torch.long)
         for i, e in enumerate(examples):
             rows = []
@@ -324,36 +308,41 @@ class PreferenceCollate:
                     node_inputs.append(x)
                 rows.append(node_row[k])
             qidx[i] = query_row.setdefault(e.question, len(query_row))
-            flags = e.in_tree or [True] * len(e.pairs)
-            for k, ((a, b), tie, inside) in enumerate(zip(e.pairs, e.tie_ok, flags, strict=True)):
-                winner[i, k], loser[i, k], mask[i, k], tie_ok[i, k] = rows[a], rows[b], True, tie
-                in_tree[i, k] = inside
-        batch: dict[str, Any] = {
-            "node_texts": [x.text for x in node_inputs],
-            "query_texts": list(query_row),
-            "query_index": qidx,
-            "winner": winner,
-            "loser": loser,
-            "mask": mask,
-            "tie_ok": tie_ok,
-            "benchmark": torch.tensor([e.benchmark for e in examples], dtype=torch.long),
-            "depth": torch.tensor([e.depth for e in examples], dtype=torch.long),
-            "stop": torch.tensor([e.stop for e in examples], dtype=torch.bool),
-            "question_ids": [e.question_id for e in examples],  # (N,) for logs and sharding checks
-            "item_ids": [e.item_id for e in examples],
-        }
-        if not torch.equal(in_tree, mask):  # only then: batches without hard negatives stay as they were
-            batch["pair_in_tree"] = in_tree
+            for k, ((a, b), kind) in enumerate(zip(e.pairs, e.kinds, strict=True)):
+                if kind not in REAL_PAIR_KINDS:
+                    raise ValueError(
+                        f"example of question {e.question_id!r}, item {e.item_id!r}: pair {k} has kind "
+                        f"{kind!r}, expected one of {sorted(x.name for x in REAL_PAIR_KINDS)}"
+                    )
+                winner[i, k], loser[i, k], pair_kind[i, k] = rows[a], rows[b], kind
+        node_texts = [x.text for x in node_inputs]
+        query_texts = list(query_row)
+        node_keys = None
         if any(x.frames for x in node_inputs):  # text-only batches: the texts are the keys
             # (path, t) tuples, not Frames: Lightning's batch transfer rejects frozen dataclasses.
-            batch["node_keys"] = [
+            node_keys = [
                 (x.text, tuple((f.path, f.t) for f in x.frames)) if x.frames else x.text for x in node_inputs
             ]
+        node_tokens = query_tokens = None
         if self.tokenize is not None:
-            text_only = not any(x.frames for x in node_inputs)
-            batch["node_tokens"] = self.tokens(batch["node_texts"] if text_only else node_inputs)
-            batch["query_tokens"] = self.tokens(batch["query_texts"])
-        return batch
+            node_tokens = self.tokens(node_texts if node_keys is None else node_inputs)
+            query_tokens = self.tokens(query_texts)
+        return PreferenceBatch(
+            node_texts=node_texts,
+            query_texts=query_texts,
+            query_index=qidx,
+            winner=winner,
+            loser=loser,
+            pair_kind=pair_kind,
+            benchmark=torch.tensor([e.benchmark for e in examples], dtype=torch.long),
+            depth=torch.tensor([e.depth for e in examples], dtype=torch.long),
+            stop=torch.tensor([e.stop for e in examples], dtype=torch.bool),
+            question_ids=[e.question_id for e in examples],
+            item_ids=[e.item_id for e in examples],
+            node_keys=node_keys,
+            node_tokens=node_tokens,
+            query_tokens=query_tokens,
+        )
 
 
 def _named(benchmarks: Mapping[str, Mapping[str, Any] | None] | Sequence[str] | str | None) -> dict[str, dict[str, Any]]:

@@ -8,9 +8,10 @@ document id and the seed, never a random state: the same file gives the same spl
 on every machine, and a gold table, paragraph or video never spans two splits.
 
 A question whose reader fixed its split (``Question.meta["split"]``, HotpotQA: the
-train file trains, the dev file tests) keeps it; ``val`` is then carved from the
-train questions by the same group hash. A train-file group that shares a document
-with a test question is left out of train and val (counted by ``split_report``).
+train file trains, the dev file tests) keeps it; without fixed ``val`` questions, ``val``
+is carved from the train questions by the same group hash. A train or val group that
+shares a document with a test question (a train group one with a val question) is left
+out (counted by ``split_report``).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ def assign_splits(
     f_train, f_val = fractions[0] / total, fractions[1] / total
     group = groups(bench.questions)
     fixed_test = {group[q.id] for q in bench.questions if q.meta.get("split") == "test"}
+    fixed_val = {group[q.id] for q in bench.questions if q.meta.get("split") == "val"}
     out: dict[str, str | None] = {}
     for q in bench.questions:
         g, fixed = group[q.id], q.meta.get("split")
@@ -82,6 +84,8 @@ def assign_splits(
         elif fixed in ("train", "val"):
             if g in fixed_test:
                 out[q.id] = None
+            elif fixed_val:  # the data names its val questions: keep both splits as given
+                out[q.id] = "val" if fixed == "val" else None if g in fixed_val else "train"
             else:
                 share_val = f_val / (f_train + f_val) if f_train + f_val > 0 else 0.0
                 out[q.id] = "val" if u < share_val else "train"
@@ -130,10 +134,14 @@ def load_split(
     split: str = "all",
     seed: int = 0,
     options: dict | None = None,
+    reader: str | None = None,
 ) -> tuple[Benchmark, list[Question]]:
     """A benchmark and one split of its questions, from the keys of a ``configs/data/*.yaml``.
 
+    ``reader``: a registered benchmark or dotted path that reads ``path`` (``load_benchmark``); None: the
+    registry entry of ``name``.
+
     Example: ``bench, qs = load_split(**cfg.data)`` with ``cfg.data`` resolved to a dict.
     """
-    bench = load_benchmark(name, path, **dict(options or {}))
+    bench = load_benchmark(name, path, reader=reader, **dict(options or {}))
     return bench, split_questions(bench, split, seed)

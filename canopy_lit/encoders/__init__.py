@@ -1,68 +1,71 @@
 """Node encoders: f0 (queries, adapter off) and fθ (nodes, LoRA on) over one shared backbone.
 
-Usable without Hydra::
+One class per backbone family, each the ``_target_`` of its ``configs/encoder/*.yaml``: ``TextEncoder``
+(MiniLM, MPNet, any sentence-transformers folder) and ``Qwen3VLEncoder``. Usable without Hydra::
 
     from canopy_lit.encoders import load_encoder
     enc = load_encoder("minilm", adapter="outputs/train/runs/<run>/adapter")
     s = enc.encode_nodes(node_texts) @ enc.encode_queries([question]).T   # (N, 1) cosines
+
+Names are imported lazily: ``canopy_lit.encoders.fingerprint`` (read by reports) must not pull in torch.
 """
 
 from __future__ import annotations
 
-import json
+import importlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from canopy_lit.encoders.base import FINGERPRINT_FILE, EncoderInput, NodeEncoder, input_text
+from canopy_lit.encoders.fingerprint import FINGERPRINT_FILE, read_fingerprint
 
-QWEN3VL_ALIASES = {"qwen3vl", "qwen3-vl-embedding-2b", "qwen3vl_embedding_2b"}
-QWEN3VL_HUB_ID = "Qwen/Qwen3-VL-Embedding-2B"
+if TYPE_CHECKING:
+    from canopy_lit.encoders.base import EncoderInput, NodeEncoder, input_text
+    from canopy_lit.encoders.qwen3vl import Qwen3VLEncoder
+    from canopy_lit.encoders.text import TextEncoder
+
+_EXPORTS = {
+    "EncoderInput": "base",
+    "NodeEncoder": "base",
+    "input_text": "base",
+    "TextEncoder": "text",
+    "Qwen3VLEncoder": "qwen3vl",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'canopy_lit.encoders' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"canopy_lit.encoders.{_EXPORTS[name]}"), name)
 
 
 def load_encoder(
     backbone: str = "minilm", adapter: str | Path | None = None, adapter_scale: float = 1.0, **kwargs: Any
 ) -> NodeEncoder:
-    """Build a node encoder and optionally load a trained adapter.
+    """The encoder class of a backbone name, built: ``Qwen3VLEncoder`` for a Qwen3-VL model (an alias such
+    as ``qwen3vl``, a hub id, or a local folder whose config says so), else ``TextEncoder``.
 
     Args:
-        backbone: ``"minilm"`` (bundled all-MiniLM-L6-v2), ``"qwen3vl"`` (Qwen/Qwen3-VL-Embedding-2B),
-            a hub id or a local folder (a folder with ``model_type: qwen3_vl`` is loaded as Qwen3-VL).
+        backbone: ``"minilm"`` (bundled all-MiniLM-L6-v2), ``"mpnet"``, ``"qwen3vl"``, a hub id or a local folder.
         adapter: a folder written by ``NodeEncoder.save_adapter`` (or ``None`` = f0 everywhere).
-        adapter_scale: weight-space interpolation of fθ toward f0: W0 + scale * ΔW (1 = as trained, 0 = f0;
-            ``NodeEncoder.load_adapter``). Only with an adapter.
-        **kwargs: passed to the encoder class (``max_seq_length``, ``device``, ``torch_dtype`` ...).
-            Without ``max_seq_length``, an adapter's own (from its fingerprint file) is used: the length
-            is part of the backbone hash the adapter must match.
+        adapter_scale: weight-space interpolation of fθ toward f0 (1 = as trained, 0 = f0). Only with an adapter.
+        **kwargs: the class's other arguments (``max_seq_length``, ``device``, ``torch_dtype`` ...).
     """
+    from canopy_lit.encoders.qwen3vl import Qwen3VLEncoder, is_qwen3vl
+    from canopy_lit.encoders.text import TextEncoder
+
     name = str(backbone)
-    adapter_scale = float(adapter_scale)
-    if not adapter and adapter_scale != 1.0:
-        raise ValueError(f"adapter_scale={adapter_scale} needs an adapter (encoder.adapter is {adapter!r})")
-    if adapter and "max_seq_length" not in kwargs:
-        saved = Path(adapter) / FINGERPRINT_FILE
-        length = json.loads(saved.read_text()).get("max_seq_length") if saved.is_file() else None
-        if length:
-            kwargs["max_seq_length"] = int(length)
-    if name.lower() in QWEN3VL_ALIASES or _is_qwen3vl(name):
-        from canopy_lit.encoders.qwen3vl import Qwen3VLEncoder
-
-        enc: NodeEncoder = Qwen3VLEncoder(QWEN3VL_HUB_ID if name.lower() in QWEN3VL_ALIASES else name, **kwargs)
-    else:
-        from canopy_lit.encoders.text import TextEncoder
-
-        enc = TextEncoder(name, **kwargs)
-    if adapter:
-        enc.load_adapter(adapter, scale=adapter_scale)
-    return enc
+    if is_qwen3vl(name):
+        return Qwen3VLEncoder(name, adapter=adapter, adapter_scale=adapter_scale, **kwargs)
+    return TextEncoder(name, adapter=adapter, adapter_scale=adapter_scale, **kwargs)
 
 
-def _is_qwen3vl(name: str) -> bool:
-    cfg = Path(name).expanduser() / "config.json"
-    if cfg.is_file():
-        import json
-
-        return json.loads(cfg.read_text()).get("model_type", "").startswith("qwen3_vl")
-    return "qwen3-vl" in name.lower()
-
-
-__all__ = ["FINGERPRINT_FILE", "EncoderInput", "NodeEncoder", "input_text", "load_encoder"]
+__all__ = [
+    "FINGERPRINT_FILE",
+    "EncoderInput",
+    "NodeEncoder",
+    "Qwen3VLEncoder",
+    "TextEncoder",
+    "input_text",
+    "load_encoder",
+    "read_fingerprint",
+]

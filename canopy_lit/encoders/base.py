@@ -20,12 +20,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from canopy_lit.encoders.fingerprint import FINGERPRINT_FILE, read_fingerprint
 from canopy_lit.types import NodeInput
 
 log = logging.getLogger(__name__)
 
 EncoderInput = str | NodeInput
-FINGERPRINT_FILE = "encoder_fingerprint.json"
 
 
 def input_text(x: EncoderInput) -> str:
@@ -84,6 +84,14 @@ def _name_forms(spec: str) -> set[str]:
     tail = parts[-2:] if len(parts) >= 2 and parts[-1].lower() in _GENERIC_DIRS else parts[-1:]
     forms.add("/".join(tail).lower())
     return forms
+
+
+def adapter_scale_of(adapter: str | Path | None, adapter_scale: float) -> float:
+    """``adapter_scale`` as a float, checked before any weights load: a scale other than 1 needs an adapter."""
+    scale = float(adapter_scale)
+    if not adapter and scale != 1.0:
+        raise ValueError(f"adapter_scale={scale} needs an adapter (encoder.adapter is {adapter!r})")
+    return scale
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -244,10 +252,8 @@ class NodeEncoder(ABC, nn.Module):
             raise RuntimeError("encoder already has an adapter")
         config = _read_json(path / "adapter_config.json")
         base = str(config.get("base_model_name_or_path") or "")
-        saved = path / FINGERPRINT_FILE
-        meta: dict[str, Any] = {}
-        if saved.is_file():
-            meta = _read_json(saved)
+        meta = read_fingerprint(path)
+        if meta is not None:
             if meta.get("backbone_hash") not in (None, self._backbone_hash):
                 raise ValueError(
                     f"{path}: adapter was trained on backbone {meta.get('backbone')!r} "
@@ -262,7 +268,7 @@ class NodeEncoder(ABC, nn.Module):
         for p in self.model.parameters():  # the backbone never trains; the adapter only when asked
             p.requires_grad_(False)
         self.model = PeftModel.from_pretrained(self.model, str(path), is_trainable=trainable)
-        recorded, loaded = meta.get("adapter_hash"), self.adapter_hash()
+        recorded, loaded = (meta or {}).get("adapter_hash"), self.adapter_hash()
         if recorded not in (None, loaded):
             log.warning(
                 "%s: the adapter weights are not the ones %s recorded (adapter_hash %s there, %s loaded): "

@@ -9,6 +9,7 @@ frozen and carries no adapter, so visual features are identical under f0 and fθ
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from canopy_lit.encoders.base import EncoderInput, NodeEncoder, backbone_hash, input_text
+from canopy_lit.encoders.base import EncoderInput, NodeEncoder, adapter_scale_of, backbone_hash, input_text
+from canopy_lit.encoders.fingerprint import adapter_max_seq_length
 from canopy_lit.types import Frame, NodeInput
 
+QWEN3VL_HUB_ID = "Qwen/Qwen3-VL-Embedding-2B"
+QWEN3VL_ALIASES = frozenset({"qwen3vl", "qwen3-vl-embedding-2b", "qwen3vl_embedding_2b"})
+DEFAULT_MAX_SEQ_LENGTH = 1024
 DEFAULT_INSTRUCTION = "Represent the user's input."
 # Full-name regex (peft `re.fullmatch`): attention projections of the language model, never `visual.*`.
 LANGUAGE_LORA_TARGETS = r".*language_model.*\.(q_proj|v_proj)"
@@ -27,6 +32,22 @@ PATCH_INPUTS = (
     ("pixel_values", "image_grid_thw", "image_token_id"),
     ("pixel_values_videos", "video_grid_thw", "video_token_id"),
 )
+
+
+def qwen3vl_backbone(name: str) -> str:
+    """The hub id an alias (``qwen3vl``, ``qwen3vl_embedding_2b`` ...) stands for; any other name as given."""
+    return QWEN3VL_HUB_ID if name.lower() in QWEN3VL_ALIASES else name
+
+
+def is_qwen3vl(name: str) -> bool:
+    """Whether a backbone name is a Qwen3-VL model: an alias, a local folder whose ``config.json`` says
+    ``model_type: qwen3_vl...``, else a name containing ``qwen3-vl``."""
+    if name.lower() in QWEN3VL_ALIASES:
+        return True
+    config = Path(name).expanduser() / "config.json"
+    if config.is_file():
+        return str(json.loads(config.read_text()).get("model_type", "")).startswith("qwen3_vl")
+    return "qwen3-vl" in name.lower()
 
 
 def thin_frames(frames: Sequence[Frame], cap: int | None) -> list[Frame]:
@@ -59,11 +80,17 @@ def _load_images(frames: Sequence[Any]) -> list[Any]:
 class Qwen3VLEncoder(NodeEncoder):
     """Qwen3-VL-Embedding node encoder.
 
+    The ``_target_`` of ``configs/encoder/qwen3vl_embedding_2b.yaml``: its arguments are that file's keys.
+
     Args:
-        backbone: hub id (``Qwen/Qwen3-VL-Embedding-2B``) or local folder.
-        max_seq_length: token cap per text input.
+        backbone: hub id (``Qwen/Qwen3-VL-Embedding-2B``; ``qwen3vl`` is an alias of it) or local folder.
+        adapter: a folder written by ``NodeEncoder.save_adapter``, loaded onto the backbone (None = f0 everywhere).
+        adapter_scale: fθ interpolated toward f0 in weight space, W0 + scale * ΔW (1 = as trained, 0 = f0).
+            Only with an adapter.
+        max_seq_length: token cap per text input; default: the adapter's own (its fingerprint), else 1024.
         torch_dtype: weights dtype (``"bfloat16"`` on GPUs; float32 on CPU).
-        query_instruction / node_instruction: system prompts for the two roles.
+        query_instruction: system prompt for queries.
+        node_instruction: system prompt for nodes.
         batch_size: inference batch size.
         device: torch device.
         max_pixels: image resolution cap handed to the processor.
@@ -74,13 +101,17 @@ class Qwen3VLEncoder(NodeEncoder):
             builder's own cap) would be 7k-28k visual tokens in a single node input, far past
             ``max_seq_length`` and the memory of a batch. 8 bounds any parent to under three
             leaves' worth (a 30-s leaf has 3 frames at the builder's 1 frame / 10 s).
-        model / tokenizer / processor: ready-made parts (tests build a tiny random-weight model this way).
+        model: a ready-made model (tests build a tiny random-weight one this way).
+        tokenizer: the ready-made model's tokenizer.
+        processor: the ready-made model's processor.
     """
 
     def __init__(
         self,
-        backbone: str = "Qwen/Qwen3-VL-Embedding-2B",
-        max_seq_length: int = 1024,
+        backbone: str = QWEN3VL_HUB_ID,
+        adapter: str | Path | None = None,
+        adapter_scale: float = 1.0,
+        max_seq_length: int | None = None,
         torch_dtype: str | torch.dtype = "float32",
         query_instruction: str = DEFAULT_INSTRUCTION,
         node_instruction: str = DEFAULT_INSTRUCTION,
@@ -95,8 +126,11 @@ class Qwen3VLEncoder(NodeEncoder):
         super().__init__()
         if max_frames_per_node is not None and max_frames_per_node < 1:
             raise ValueError(f"max_frames_per_node must be >= 1 or None, got {max_frames_per_node}")
+        adapter_scale = adapter_scale_of(adapter, adapter_scale)
+        max_seq_length = max_seq_length or adapter_max_seq_length(adapter) or DEFAULT_MAX_SEQ_LENGTH
+        backbone = qwen3vl_backbone(str(backbone))
         self.max_frames_per_node = max_frames_per_node
-        self.name = str(backbone)
+        self.name = backbone
         dtype = getattr(torch, torch_dtype) if isinstance(torch_dtype, str) else torch_dtype
         local = Path(backbone).expanduser()
         if model is None:
@@ -139,6 +173,8 @@ class Qwen3VLEncoder(NodeEncoder):
         )
         self.freeze_vision()
         self.model.to(device)
+        if adapter:
+            self.load_adapter(adapter, scale=adapter_scale)
 
     def freeze_vision(self) -> None:
         visual = getattr(self.model, "visual", None)

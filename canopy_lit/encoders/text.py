@@ -10,7 +10,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from canopy_lit.encoders.base import EncoderInput, NodeEncoder, backbone_hash, input_text
+from canopy_lit.encoders.base import EncoderInput, NodeEncoder, adapter_scale_of, backbone_hash, input_text
+from canopy_lit.encoders.fingerprint import adapter_max_seq_length
 
 MINILM = "all-MiniLM-L6-v2"
 MPNET = "all-mpnet-base-v2"
@@ -56,21 +57,29 @@ def resolve_text_backbone(name_or_path: str) -> Path | str:
 class TextEncoder(NodeEncoder):
     """A transformers encoder with mean (or CLS) pooling and L2 normalisation, as sentence-transformers does.
 
+    The ``_target_`` of ``configs/encoder/{minilm,mpnet}.yaml``: its arguments are those files' keys.
+
     Args:
         backbone: ``"minilm"`` (bundled all-MiniLM-L6-v2), ``"mpnet"`` (all-mpnet-base-v2, an optional asset),
             a local sentence-transformers folder or a hub id.
-        max_seq_length: token cap per input; default ``DEFAULT_MAX_SEQ_LENGTH`` (512, as the configs), or the
+        adapter: a folder written by ``NodeEncoder.save_adapter``, loaded onto the backbone (None = f0 everywhere).
+        adapter_scale: fθ interpolated toward f0 in weight space, W0 + scale * ΔW (1 = as trained, 0 = f0;
+            ``NodeEncoder.load_adapter``). Only with an adapter.
+        max_seq_length: token cap per input; default: the adapter's own (its fingerprint: the length is part
+            of the backbone hash it must match), else ``DEFAULT_MAX_SEQ_LENGTH`` (512, as the configs), or the
             backbone's position limit when that is lower. Longer inputs are cut (``truncated`` tells which).
         pooling: ``"mean"`` or ``"cls"``; default = the folder's ``1_Pooling/config.json``, else mean.
         batch_size: inference batch size (inputs).
         device: torch device for the backbone.
         max_batch_tokens: cap on padded tokens per inference batch (None = ``batch_size`` only); see
-            ``benchmarks/`` ``batch_tokens`` for the CPU measurement behind the config default.
+            ``perf/`` ``batch_tokens`` for the CPU measurement behind the config default.
     """
 
     def __init__(
         self,
         backbone: str = "minilm",
+        adapter: str | Path | None = None,
+        adapter_scale: float = 1.0,
         max_seq_length: int | None = None,
         pooling: str | None = None,
         batch_size: int = 64,
@@ -79,6 +88,9 @@ class TextEncoder(NodeEncoder):
     ) -> None:
         super().__init__()
         from transformers import AutoModel, AutoTokenizer
+
+        adapter_scale = adapter_scale_of(adapter, adapter_scale)
+        max_seq_length = max_seq_length or adapter_max_seq_length(adapter)
 
         where = resolve_text_backbone(backbone)
         self.name = str(backbone)
@@ -102,6 +114,8 @@ class TextEncoder(NodeEncoder):
         self.max_batch_tokens = max_batch_tokens
         self._backbone_hash = backbone_hash(local, f"{self.name}|{self.pooling}|{self.max_seq_length}")
         self.model.to(device)
+        if adapter:
+            self.load_adapter(adapter, scale=adapter_scale)
 
     def _position_limit(self) -> int:
         """Tokens the backbone can read: the tokenizer's ``model_max_length`` when set (transformers uses a

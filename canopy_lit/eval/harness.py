@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,9 @@ log = logging.getLogger(__name__)
 # keeps the records of earlier runs into the folder (another ``limit``), which are not this run's.
 QUESTION_IDS = "question_ids.json"
 
-AnswerFn = Callable[[Question], QuestionRecord]
+# One question through a pipeline: its record (the evidence loop's QuestionRecord, or a plain dict from a
+# runner with records of its own shape, e.g. CARVE's).
+AnswerFn = Callable[[Question], QuestionRecord | dict[str, Any]]
 
 
 class RunFailed(RuntimeError):
@@ -185,6 +187,7 @@ def run_questions(
     console: Console | None = None,
     score: Callable[[dict[str, Any], Question], dict[str, float]] | None = None,
     max_consecutive_failures: int = 5,
+    fields: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Answer every question not yet in ``out_dir/predictions.jsonl``; return the records of ``questions``.
 
@@ -197,6 +200,7 @@ def run_questions(
         score: ``(record, question) -> scores`` (default: EM / F1 or accuracy of the prediction).
         max_consecutive_failures: stop submitting after this many backend failures (``LLMError``)
             in a row (0 = never); questions in flight still finish and are recorded.
+        fields: keys every record of the run carries, failed ones included (CARVE: its ``method``).
 
     Raises:
         RunFailed: after such a stop, or when every question of the run is recorded as failed.
@@ -215,12 +219,13 @@ def run_questions(
 
     def one(q: Question) -> dict[str, Any]:
         try:
-            rec = answer(q).to_dict()
+            out = answer(q)
+            rec = out if isinstance(out, dict) else out.to_dict()
             rec["scores"] = score(rec, q) if score else score_record(rec, len(q.choices) if q.choices else None)
         except Exception as err:  # a failed question is recorded, never fatal for the run
             rec = failed_record(q, err)
             log.warning("question %s failed: %s", q.id, rec["error"])
-        return rec
+        return {**rec, **fields} if fields else rec
 
     streak: list[dict[str, Any]] = []  # the current run of consecutive backend failures
 
@@ -249,12 +254,14 @@ def run_questions(
                 running["tok"] += rec.get("evidence_tokens", 0)
                 n = running["n"]
                 stats = (
-                    f"acc {running['acc'] / n:.3f}"
+                    ""  # nothing scored (CARVE's retrieval stage alone)
+                    if not s
+                    else f"acc {running['acc'] / n:.3f} "
                     if "accuracy" in s
-                    else f"answer recall {running['ans'] / n:.3f}"  # evidence runs (no prediction)
+                    else f"answer recall {running['ans'] / n:.3f} "  # evidence runs (no prediction)
                     if score is not None
-                    else f"EM {running['em'] / n:.3f} F1 {running['f1'] / n:.3f}"
-                ) + f" tok {running['tok'] / n:.0f}"
+                    else f"EM {running['em'] / n:.3f} F1 {running['f1'] / n:.3f} "
+                ) + f"tok {running['tok'] / n:.0f}"
                 bar.update(task, advance=1, stats=stats)
 
         attempted = 0

@@ -17,120 +17,33 @@ Post hoc (any backend of ``configs/llm``; the run folder is locked while it is j
     python -m canopy_lit.eval.judge RUN_DIR [RUN_DIR ...] [llm=llamacpp_smollm2] [llm.KEY=VALUE] [judge.KEY=VALUE]
 
 or during evaluation with ``judge.enabled=true`` (``configs/evaluate.yaml``; the run's own LLM).
-Multiple-choice questions are not judged (their accuracy is already exact).
+Multiple-choice questions are not judged (their accuracy is already exact). The judge role itself
+(``AnswerJudge``, its fingerprint and cache key) is ``canopy_lit.llm.judge``, built by
+``canopy_lit.pipeline.build.build_judge``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from hydra import compose, initialize_config_dir
+from rich.progress import track
+
 from canopy_lit.eval.harness import read_question_ids
-from canopy_lit.eval.records import RecordLog, read_predictions
+from canopy_lit.eval.records import RecordLog, RunLock, RunLocked, read_predictions
 from canopy_lit.eval.summary import judge_summary
 from canopy_lit.io import atomic_write_text
-from canopy_lit.llm import prompts
-from canopy_lit.llm.base import LLM
-from canopy_lit.llm.parsing import PARSE_STATS, ParseStats, p_yes, parse_label
+from canopy_lit.llm.base import LLMError
+from canopy_lit.llm.judge import AnswerJudge, cache_key
+from canopy_lit.pipeline.build import build_judge
+from canopy_lit.schema import CONFIG_DIR
 
 JUDGEMENTS = "judgements.jsonl"
-# Backend knobs that change speed or plumbing, not the judge's replies: left out of the fingerprint.
-_OPERATIONAL_KEYS = frozenset({
-    "_convert_", "n_threads", "n_parallel", "n_batch", "timeout", "max_retries", "max_concurrency",
-    "calibration", "cache_prompt", "api_key_env", "tokenizer", "multimodal",
-})  # fmt: skip
-
-
-def judge_fingerprint(llm_config: Mapping[str, Any] | str, *, max_tokens: int, logprobs: int) -> str:
-    """A short hash naming the judge: its model config (minus operational knobs), prompt and options.
-
-    Args:
-        llm_config: the resolved ``llm`` config (``_target_``, model, base URL, context, seed, ...),
-            or any string that names the judge model (library use without a config).
-    """
-    if isinstance(llm_config, Mapping):
-        ident: Any = {k: llm_config[k] for k in sorted(llm_config) if k not in _OPERATIONAL_KEYS}
-    else:
-        ident = str(llm_config)
-    probe = prompts.answer_judge("{question}", ["{gold}"], "{prediction}")  # the template, not one question
-    blob = json.dumps({"llm": ident, "prompt": probe, "max_tokens": max_tokens, "logprobs": logprobs},
-                      sort_keys=True, default=str)  # fmt: skip
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def cache_key(question_id: str, question: str, answers: Sequence[str], prediction: str, fingerprint: str) -> str:
-    """The verdict's identity: everything the judge prompt shows, and the judge."""
-    blob = json.dumps([question_id, question, [str(a) for a in answers], prediction, fingerprint])
-    return hashlib.sha256(blob.encode()).hexdigest()[:24]
-
-
-@dataclass
-class Judgement:
-    """One verdict, as stored in ``judgements.jsonl`` (``id`` is the cache key, not the question id).
-
-    Attributes:
-        verdict: True = correct, False = wrong, None = no readable verdict (scores 0).
-        p_yes: P(yes) / (P(yes) + P(no)) of the first reply token when log-probs were asked (for analysis).
-    """
-
-    id: str
-    question_id: str
-    answers: list[str]
-    prediction: str
-    judge: str
-    verdict: bool | None
-    raw: str
-    p_yes: float | None = None
-
-
-class AnswerJudge:
-    """Asks ``llm`` whether a prediction is correct; verdict read with ``parsing.parse_label``.
-
-    Args:
-        llm: any backend of the ``LLM`` protocol (calls are logged under the role ``judge``).
-        fingerprint: names the judge model in cache keys (``judge_fingerprint``).
-        max_tokens: reply budget (the verdict is its first word).
-        logprobs: top alternatives per token to ask for (0 for servers without log-probs); only
-            recorded as ``p_yes``, the verdict comes from the text.
-        stats: parse counter (``kind="judge"``).
-    """
-
-    def __init__(
-        self,
-        llm: LLM,
-        fingerprint: str,
-        *,
-        max_tokens: int = 16,
-        logprobs: int = 5,
-        stats: ParseStats | None = None,
-    ) -> None:
-        self.llm = llm
-        self.fingerprint = fingerprint
-        self.max_tokens = max_tokens
-        self.logprobs = logprobs
-        self.stats = stats or PARSE_STATS
-
-    def __call__(self, question_id: str, question: str, answers: Sequence[str], prediction: str) -> Judgement:
-        reply = self.llm.chat(
-            prompts.answer_judge(question, answers, prediction),
-            role="judge", max_tokens=self.max_tokens, logprobs=self.logprobs, temperature=0.0,
-        )  # fmt: skip
-        label, parsed = parse_label(reply.text, prompts.JUDGE_LABELS, default="no", kind="judge", stats=self.stats)
-        return Judgement(
-            id=cache_key(question_id, question, answers, prediction, self.fingerprint),
-            question_id=question_id,
-            answers=[str(a) for a in answers],
-            prediction=prediction,
-            judge=self.fingerprint,
-            verdict=(label == "yes") if parsed else None,
-            raw=reply.text,
-            p_yes=p_yes(reply.top_logprobs[0]) if reply.top_logprobs else None,
-        )
 
 
 def run_records(run_dir: Path) -> list[dict[str, Any]]:
@@ -176,8 +89,6 @@ def judge_run(run_dir: str | Path, judge: AnswerJudge, *, progress: bool = False
     open_answer = [r for r in records if "accuracy" not in (r.get("scores") or {})]
     scores: list[float] = []
     unparsed = judged = cached = 0
-    from rich.progress import track
-
     with RecordLog(run_dir / JUDGEMENTS) as book:
         for rec in track(open_answer, description="judge", disable=not progress):
             if rec.get("status") != "ok":
@@ -205,24 +116,6 @@ def judge_run(run_dir: str | Path, judge: AnswerJudge, *, progress: bool = False
     return {**metrics, "judged": judged, "cached": cached}
 
 
-def judge_from_config(cfg: Mapping[str, Any], llm: LLM | None = None) -> AnswerJudge:
-    """An ``AnswerJudge`` from an evaluate config (``llm`` group + ``judge`` block).
-
-    Args:
-        cfg: composed evaluate config; ``cfg.judge`` holds ``max_tokens`` / ``logprobs``.
-        llm: an already built backend for ``cfg.llm`` (evaluation reuses the run's); None builds one.
-    """
-    from hydra.utils import instantiate
-    from omegaconf import OmegaConf
-
-    jcfg = cfg.get("judge") or {}
-    max_tokens, logprobs = int(jcfg.get("max_tokens", 16)), int(jcfg.get("logprobs", 5))
-    llm_cfg = OmegaConf.to_container(cfg["llm"], resolve=True) if OmegaConf.is_config(cfg["llm"]) else dict(cfg["llm"])
-    fp = judge_fingerprint(llm_cfg, max_tokens=max_tokens, logprobs=logprobs)
-    return AnswerJudge(llm if llm is not None else instantiate(cfg["llm"]), fp, max_tokens=max_tokens,
-                       logprobs=logprobs)  # fmt: skip
-
-
 def _line(run_dir: Path, m: Mapping[str, Any]) -> str:
     if "eval/judge" not in m:
         return f"{run_dir}: nothing to judge (multiple-choice or empty run)"
@@ -242,12 +135,6 @@ _USAGE = (
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m canopy_lit.eval.judge RUN_DIR... [overrides]``: exit 0 done, 1 a run failed, 2 usage."""
-    from hydra import compose, initialize_config_dir
-
-    from canopy_lit.eval.records import RunLock, RunLocked
-    from canopy_lit.llm.base import LLMError
-    from canopy_lit.schema import CONFIG_DIR
-
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
         print(_USAGE, file=sys.stdout if args else sys.stderr)
@@ -261,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose("evaluate", overrides=overrides)
-    judge = judge_from_config(cfg)
+    judge = build_judge(cfg)
     status = 0
     try:
         for run_dir in run_dirs:

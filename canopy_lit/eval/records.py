@@ -31,6 +31,12 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import yaml
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf
+
+from canopy_lit.encoders.fingerprint import read_fingerprint
 from canopy_lit.io import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -234,7 +240,6 @@ class RunLock:
 # --- run.json: the ablation axes of a run --------------------------------------------------------
 
 RUN_FILE = "run.json"
-FINGERPRINT_FILE = "encoder_fingerprint.json"  # canopy_lit.encoders.base.FINGERPRINT_FILE (no torch import here)
 
 
 def cfg_get(cfg: Mapping[str, Any], dotted: str, default: Any = None) -> Any:
@@ -251,8 +256,20 @@ def _unset(v: Any) -> bool:
     return v in (None, "", "null", "None")
 
 
+def group_choices(choices: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Hydra's runtime choices ``{group: option}`` of a run's own config groups (``hydra.runtime.choices``
+    without Hydra's ``hydra`` / ``hydra/*`` groups): the option names that label a run in tables."""
+    return {str(g): o for g, o in (choices or {}).items() if g != "hydra" and not str(g).startswith("hydra/")}
+
+
+def _chosen(choices: Mapping[str, Any] | None, group: str) -> str | None:
+    option = (choices or {}).get(group)
+    return None if option is None else str(option)
+
+
 def refiner_name(target: Any) -> str | None:
-    """``canopy_lit.refine.FlatTopMRefiner`` -> ``flat_top_m`` (the ``refine`` group's option names)."""
+    """``canopy_lit.refine.FlatTopMRefiner`` -> ``flat_top_m``: the ``refine`` option of a run folder written
+    before run.json recorded the group choices (``refine_label``)."""
     if not target:
         return None
     cls = str(target).rsplit(".", 1)[-1].removesuffix("Refiner")
@@ -282,14 +299,9 @@ def adapter_axes(cfg: Mapping[str, Any]) -> tuple[str | None, str | None]:
             path = path.relative_to(root)
         else:
             path = Path(path.name)
-    meta_file = full / FINGERPRINT_FILE
     digest = adapter_weights_hash(full)
-    if digest is None and meta_file.is_file():
-        try:
-            meta = json.loads(meta_file.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{meta_file}: not valid JSON ({err})") from err
-        digest = meta.get("adapter_hash") if isinstance(meta, dict) else None
+    if digest is None:
+        digest = (read_fingerprint(full) or {}).get("adapter_hash")
     return path.as_posix(), (str(digest) if digest else None)
 
 
@@ -302,7 +314,6 @@ def adapter_weights_hash(adapter: Path) -> str | None:
     from its ``adapter_model.safetensors`` without torch: each LoRA weight under the name peft gives it
     (``lora_A.weight`` -> ``lora_A.default.weight``), as float32. None when the folder has no such file.
     """
-    import numpy as np
 
     weights = adapter / "adapter_model.safetensors"
     if not weights.is_file():
@@ -332,18 +343,23 @@ def adapter_weights_hash(adapter: Path) -> str | None:
     return h.hexdigest()[:16]
 
 
-def scorer_name(cfg: Mapping[str, Any]) -> str | None:
-    """The node scorer behind a run's evidence: a refiner's own (``refine.scorer``, e.g. RECOMP's f0),
-    None for whole items in QA runs (nothing scored), else fθ when an adapter is loaded (``fθ×s`` when it is
-    scaled toward f0 by ``encoder.adapter_scale``) and f0 otherwise."""
+def refine_label(cfg: Mapping[str, Any], choices: Mapping[str, Any] | None = None) -> str | None:
+    """The ``refine`` group's option (from the class name in run folders written without choices)."""
+    return _chosen(choices, "refine") or refiner_name(cfg_get(cfg, "refine._target_"))
+
+
+def scorer_name(cfg: Mapping[str, Any], choices: Mapping[str, Any] | None = None) -> str | None:
+    """The node scorer behind a run's evidence: None for whole items in QA runs (nothing scored), f0 for the
+    ``scorer=f0`` view (RECOMP's; ``refine.scorer`` in run folders written before the ``scorer`` group), else
+    fθ when an adapter is loaded (``fθ×s`` when it is scaled toward f0 by ``encoder.adapter_scale``) and f0 otherwise."""
     if cfg_get(cfg, "encoder") is None:
         return None
     own = cfg_get(cfg, "refine.scorer")
     if own:
         return {"ftheta": "fθ"}.get(str(own), str(own))
-    if cfg_get(cfg, "mode", "qa") in ("qa", "evidence") and refiner_name(cfg_get(cfg, "refine._target_")) == "keep_whole":
+    if cfg_get(cfg, "mode", "qa") in ("qa", "evidence") and refine_label(cfg, choices) == "keep_whole":
         return None
-    if _unset(cfg_get(cfg, "encoder.adapter")):
+    if cfg_get(cfg, "scorer.frozen") or _unset(cfg_get(cfg, "encoder.adapter")):
         return "f0"
     scale = float(cfg_get(cfg, "encoder.adapter_scale", 1.0) or 0.0)
     return "fθ" if scale == 1.0 else f"fθ×{scale:g}"  # interpolated toward f0 (encoder.adapter_scale): not fθ
@@ -356,7 +372,8 @@ def retrieval_scope(cfg: Mapping[str, Any]) -> str | None:
 
 
 def controller_name(cfg: Mapping[str, Any]) -> str | None:
-    """critic | ircot | none: the ``controller`` group's function (``method.controller`` in older configs)."""
+    """critic | ircot | none from the ``controller`` group's function (``method.controller`` in older
+    configs): the option of a run folder written before run.json recorded the group choices."""
     target = cfg_get(cfg, "controller._target_")
     if target:
         name = str(target).rsplit(".", 1)[-1].removesuffix("_controller")
@@ -369,9 +386,26 @@ def retriever_name(cfg: Mapping[str, Any]) -> str | None:
     if cfg_get(cfg, "retrieval") is None:
         return None
     if (retrieval_scope(cfg) or "corpus") in ("candidates", "benchmark"):
-        return str(cfg_get(cfg, "retrieval.candidate_ranking") or "dense")
+        ranking = cfg_get(cfg, "retrieval.candidate_ranking") or "dense"  # a name in run folders before its block
+        if isinstance(ranking, Mapping):  # a CandidateRanking block: its class
+            target = str(ranking.get("_target_") or "").rsplit(".", 1)[-1]
+            return {"BM25Ranking": "bm25", "HybridRanking": "hybrid"}.get(target, "dense")
+        return str(ranking)
     target = str(cfg_get(cfg, "retrieval._target_") or "")
     return {"build_bm25_retriever": "bm25", "build_hybrid_retriever": "hybrid"}.get(target.rsplit(".", 1)[-1], "dense")
+
+
+# Options of the ``retrieval`` group that are the dense retriever over another index: labelled by their ranking.
+DENSE_RETRIEVAL_OPTIONS = frozenset({"default", "flat", "ivfpq"})
+
+
+def retriever_label(cfg: Mapping[str, Any], choices: Mapping[str, Any] | None = None) -> str | None:
+    """dense | bm25 | hybrid | another ``retrieval`` option's name: how a round's items are ranked
+    (``retriever_name`` for run folders written without choices)."""
+    option = _chosen(choices, "retrieval")
+    if option is None or cfg_get(cfg, "retrieval") is None:
+        return retriever_name(cfg)
+    return "dense" if option in DENSE_RETRIEVAL_OPTIONS else option
 
 
 def run_axes(cfg: Mapping[str, Any], choices: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -379,8 +413,12 @@ def run_axes(cfg: Mapping[str, Any], choices: Mapping[str, Any] | None = None) -
 
     The one place that knows where each axis lives in the config: the evaluation records the
     result in ``run.json``; reports recompute it only for run folders written before that file.
+    Labels of group options (refiner, controller, retrieval scope and ranking, variant) are the options
+    Hydra chose (``choices``, recorded under that key); without them (a config written by hand, a run
+    folder from before) they are read back from the config.
     """
-    refine = refiner_name(cfg_get(cfg, "refine._target_"))
+    choices = group_choices(choices)
+    refine = refine_label(cfg, choices)
     adapter, adapter_hash = adapter_axes(cfg)
     return {
         "mode": cfg_get(cfg, "mode"),
@@ -398,10 +436,10 @@ def run_axes(cfg: Mapping[str, Any], choices: Mapping[str, Any] | None = None) -
         "R": cfg_get(cfg, "loop.max_rounds"),
         "exclude_seen": cfg_get(cfg, "retrieval.exclude_seen"),
         "routing": cfg_get(cfg, "retrieval.routing"),
-        "scope": retrieval_scope(cfg),
-        "controller": controller_name(cfg),
-        "retriever": retriever_name(cfg),
-        "scorer": scorer_name(cfg),
+        "scope": _chosen(choices, "retriever") or retrieval_scope(cfg),
+        "controller": _chosen(choices, "controller") or controller_name(cfg),
+        "retriever": retriever_label(cfg, choices),
+        "scorer": scorer_name(cfg, choices),
         "encoder": cfg_get(cfg, "encoder.backbone") or cfg_get(cfg, "encoder.name"),
         "adapter": adapter,
         "adapter_hash": adapter_hash,  # of the weights loaded; adapter_scale multiplies their update
@@ -409,8 +447,9 @@ def run_axes(cfg: Mapping[str, Any], choices: Mapping[str, Any] | None = None) -
         "reader": cfg_get(cfg, "llm.model") or cfg_get(cfg, "llm.name"),
         "cap": cfg_get(cfg, "loop.reader_max_tokens"),
         "tokenizer": cfg_get(cfg, "evidence.tokenizer"),
-        "variant": (choices or {}).get("variant"),
+        "variant": _chosen(choices, "variant"),
         "study": cfg_get(cfg, "study"),
+        **({"choices": choices} if choices else {}),
     }
 
 
@@ -436,7 +475,6 @@ def write_run_axes(run_dir: str | Path, cfg: Any) -> Path:
 def plain_config(cfg: Any) -> dict[str, Any]:
     """A config as plain dicts, each top-level entry resolved where it can be: an unresolvable value (an
     unset env variable) leaves only its own entry as written, and must not stop a run."""
-    from omegaconf import OmegaConf
 
     if not OmegaConf.is_config(cfg):
         return dict(cfg)
@@ -478,6 +516,7 @@ ANSWER_NEUTRAL_KEYS = frozenset({
     "threads", "concurrency", "progress", "limit", "retry_failed", "max_consecutive_failures", "resume",
     "judge",  # verdicts go to judgements.jsonl, never into the records
     "study",  # a label for reports
+    "logger",  # where the results are mirrored (W&B)
     "paths",  # where the project, data, caches and run folder are (paths under them are kept relative)
     "retrieval.cache_dir", "retrieval.node_cache_dir",  # caches keyed by what they hold
     "loop.batched", "loop.max_batch",  # the same records as sequential (evaluate.yaml)
@@ -567,8 +606,6 @@ def settings_changes(run_dir: str | Path, cfg: Any) -> list[tuple[str, Any, Any]
     legacy = run_dir / ".hydra" / "config.yaml"
     if not legacy.is_file():
         return []
-    import yaml
-    from omegaconf import OmegaConf
 
     try:
         old = _answer_keys(yaml.safe_load(legacy.read_text(encoding="utf-8")) or {})
@@ -591,8 +628,6 @@ def write_hydra_files(run_dir: str | Path, cfg: Any) -> None:
     """``.hydra/config.yaml``, ``hydra.yaml`` and ``overrides.yaml`` as Hydra writes them at job start, which
     the evaluate config turns off (``hydra.output_subdir: null``) so that they are written only once the run
     folder is locked and checked. Outside a Hydra job only ``config.yaml``."""
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf
 
     files = {"config.yaml": OmegaConf.to_yaml(cfg)}
     if HydraConfig.initialized():

@@ -16,7 +16,8 @@ from canopy_lit.eval.metrics import (
     f1_score,
     match_score,
 )
-from canopy_lit.pipeline.trace import STAGES
+from canopy_lit.eval.records import plain_config, run_axes
+from canopy_lit.types import STAGES
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +161,15 @@ def judge_summary(scores: Sequence[float], unparsed: int, prefix: str = "eval") 
         f"{prefix}/judge_n": float(len(scores)),
         f"{prefix}/judge_unparsed": float(unparsed),
     }
+
+
+def run_setting(cfg: Any, axes: Sequence[str]) -> str:
+    """The one-line setting under a run's table: ``axis=value`` for each of ``axes`` (``run_axes`` names,
+    in that order) that the run sets. The values are run.json's: f0 shows as ``scorer=f0`` with no adapter,
+    an adapter interpolated toward f0 as ``scorer=fθ×s``."""
+    values = run_axes(plain_config(cfg))
+    shown = {a: f"{v:g}" if isinstance(v, float) else str(v) for a in axes if (v := values[a]) is not None}
+    return " ".join(f"{a}={v}" for a, v in shown.items())
 
 
 def markdown_table(rows: list[Mapping[str, Any]], columns: list[str], setting: str = "") -> str:

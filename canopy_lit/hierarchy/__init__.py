@@ -70,11 +70,6 @@ class Hierarchy:
         return self.builder(tree.item.modality).evidence_text(tree, node_ids)
 
 
-def build_tree(item: Item, branching: int = 2) -> Tree:
-    """Tree of one item with the default builders."""
-    return Hierarchy(branching).build(item)
-
-
 __all__ = [
     "ELISION",
     "Frame",
@@ -86,7 +81,6 @@ __all__ = [
     "TokenCounter",
     "TreeBuilder",
     "VideoTreeBuilder",
-    "build_tree",
     "decode_frames",
     "describer_fingerprint",
     "sample_times",

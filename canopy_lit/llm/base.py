@@ -18,9 +18,10 @@ import time
 from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict, runtime_checkable
+from urllib.parse import unquote, urlsplit
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -78,7 +79,6 @@ def register_secret(value: str | None) -> None:
 def register_url_credentials(url: str) -> None:
     """Register the password of ``url``'s userinfo (or a bare token in its place) and the Basic credential
     an HTTP client makes of them, so that ``redact`` hides them in any form a server echoes."""
-    from urllib.parse import unquote, urlsplit
 
     parts = urlsplit(url)
     if parts.username is None and parts.password is None:
@@ -234,12 +234,6 @@ class LLMResponse:
     finish_reason: str = ""
     cached_tokens: int = 0
 
-    def first_token_probs(self) -> dict[str, float]:
-        """Probabilities of the first generated token's top alternatives."""
-        if not self.top_logprobs:
-            return {}
-        return {t: math.exp(lp) for t, lp in self.top_logprobs[0].items()}
-
 
 @dataclass(frozen=True)
 class CallRecord:
@@ -318,10 +312,6 @@ class CallLog:
             "failed": sum(not r.ok for r in recs),
             "by_role": {k: dict(v) for k, v in by_role.items()},
         }
-
-    def to_list(self) -> list[dict[str, Any]]:
-        with self._lock:
-            return [asdict(r) for r in self.records]
 
 
 # --------------------------------------------------------------------------- protocol + base class

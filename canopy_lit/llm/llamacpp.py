@@ -12,6 +12,7 @@ import functools
 import os
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +147,6 @@ class LlamaCppLLM(BaseLLM):
         """Up to ``n_parallel`` conversations at once in llama.cpp's slots (as ``BaseLLM.chat_batch``)."""
         if self.n_parallel <= 1 or len(batch) <= 1:
             return super().chat_batch(batch, return_exceptions=return_exceptions, **kwargs)
-        from concurrent.futures import ThreadPoolExecutor
 
         def one(messages: Sequence[Message]) -> Any:
             return chat_each(self.chat, [messages], return_exceptions=return_exceptions, **kwargs)[0]

@@ -15,6 +15,7 @@ import json
 import os
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from canopy_lit.llm.base import (
@@ -163,7 +164,6 @@ class OpenAILLM(BaseLLM):
         except RuntimeError:
             return asyncio.run(self.achat_batch(batch, **kwargs))
         # called from inside an event loop (e.g. a notebook): run in a private loop on a thread
-        from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(1) as ex:
             return ex.submit(asyncio.run, self.achat_batch(batch, **kwargs)).result()

@@ -5,7 +5,7 @@ answers, labels) and charges each call what a serving engine would: a fixed per-
 per prefilled prompt token and one per decoded token. A batch of n calls is priced as an engine
 runs it: one overhead, the prefill of every prompt, and decode steps for the longest reply only
 (the n sequences decode side by side). No time passes: ``clock`` adds up simulated seconds, so a
-benchmark of 1,000 questions is fast and exactly reproducible (``benchmarks/batched_loop.py``).
+benchmark of 1,000 questions is fast and exactly reproducible (``perf/batched_loop.py``).
 """
 
 from __future__ import annotations

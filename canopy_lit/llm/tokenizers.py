@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,3 +29,19 @@ def load_tokenizer(spec: str) -> Callable[[str], list[int]]:
 
     hf = AutoTokenizer.from_pretrained(str(path))
     return lambda text: hf(text, add_special_tokens=False)["input_ids"]
+
+
+@functools.lru_cache(maxsize=8)
+def token_counter(spec: str) -> Callable[[str], int]:
+    """``text -> tokens`` of a reader's tokenizer (asset name, GGUF file or tokenizer folder).
+
+    GGUF tokenizers are read from the file's metadata (no weights, no LLM engine); one counter per
+    spec and process, so the jobs of a multirun share it and its memo.
+    """
+    encode = load_tokenizer(spec)
+
+    @functools.lru_cache(maxsize=200_000)
+    def count(text: str) -> int:
+        return len(encode(text)) if text else 0
+
+    return count

@@ -4,51 +4,94 @@ One question's path, stage by stage (group -> what this module builds)::
 
     data        load_questions    the benchmark split (Benchmark, questions)
     retriever   build_retriever   corpus | candidates | benchmark; index knobs in ``retrieval``
-    tree        instantiate       Hierarchy (region trees, branching B)
+    tree        build_hierarchy   Hierarchy (region trees, branching B)
     encoder     build_encoder     NodeEncoder (f0 / fθ), through its ``_target_``
-    refine      instantiate       Refiner; with ``build_scorer`` when it reads node scores
+    scorer      build_scorer      NodeScorer: the encoder view nodes are scored through, over the node cache
+    refine      build_refiner     Refiner (the scorer is built only when it reads node scores)
     controller  build_controller  critic | ircot | none
     llm         build_llm         reader, critic, router, aggregation classifier
     loop        loop_settings     k, R, exclude_seen, reader cap -> EvidenceLoop
 
-Nothing here decides a method: the method configs pick the groups. This module imports nothing
-from ``canopy_lit.eval`` (the harness runs what is built here).
+Each mode gets its stages here: ``build_runner`` (``method.runner``, the qa mode's function),
+``build_loop`` (qa), ``build_evidence_loop`` (evidence) and ``build_probe`` (probe). Nothing here decides
+a method: the method configs pick the groups. This module imports nothing from ``canopy_lit.eval``
+(the harness runs what is built here).
+
+The other modes' stages are built here too: ``build_retrieval_eval`` (retrieval), ``build_judge`` (the
+LLM-as-judge) and CARVE's ``build_carve_corpus`` / ``build_carve_method`` / ``build_carve_pipeline``
+(``method=carve``; its shared models in ``CarveParts``).
 """
 
 from __future__ import annotations
 
+import inspect
+import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from hydra.utils import instantiate
+from hydra.utils import get_method, get_object, instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from canopy_lit.carve.representations import ClipCorpus, video_clips
+from canopy_lit.carve.rerank import ClipRanking, Normalisation
+from canopy_lit.carve.stages import CarvePipeline
 from canopy_lit.data import load_split
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.llm import AggregationClassifier, LLMReader
+from canopy_lit.llm.judge import AnswerJudge, judge_fingerprint
 from canopy_lit.llm.roles import CRITIC_MAX_TOKENS, evidence_room
+from canopy_lit.llm.tokenizers import token_counter
 from canopy_lit.pipeline.batched import BatchedQuestionRunner, BatchingLLM
 from canopy_lit.pipeline.controllers import AggregationAdapter, ReaderAdapter
-from canopy_lit.pipeline.extractive import scorer_encoder
 from canopy_lit.pipeline.loop import Controller, EvidenceLoop, LoopSettings, QuestionRunner
-from canopy_lit.pipeline.scoring import NodeScorer
+from canopy_lit.pipeline.retrievers import CandidateRanking, DenseRanking
+from canopy_lit.pipeline.scoring import NodeScorer, QuerySideEncoder
 from canopy_lit.refine import Refiner
 from canopy_lit.retrieval.base import Retriever
+from canopy_lit.retrieval.evaluate import KS
 from canopy_lit.retrieval.node_cache import NodeEmbeddingCache
+from canopy_lit.retrieval.retriever import build_retriever as build_corpus_index
+from canopy_lit.retrieval.retriever import builder_options
+from canopy_lit.retrieval.router import LLMModalityRouter
+from canopy_lit.schema import PIPELINE_RETRIEVAL_KEYS, ConfigError
+from canopy_lit.types import Item, Question
 
 __all__ = [
+    "CarveParts",
+    "NoReader",
+    "ProbeStages",
     "QuestionRunner",
+    "build_candidate_ranking",
+    "build_carve_corpus",
+    "build_carve_method",
+    "build_carve_pipeline",
     "build_controller",
     "build_encoder",
+    "build_evidence_loop",
+    "build_f0_encoder",
+    "build_hierarchy",
+    "build_index",
+    "build_judge",
     "build_llm",
     "build_loop",
+    "build_node_scorer",
+    "build_probe",
+    "build_refiner",
     "build_retriever",
+    "build_retrieval_eval",
+    "build_runner",
     "build_scorer",
+    "check_carve_method",
     "load_questions",
     "loop_settings",
 ]
+
+ModeRunner = Callable[[DictConfig], dict[str, float]]
+log = logging.getLogger(__name__)
 
 
 def _stderr(line: str) -> None:
@@ -76,10 +119,19 @@ def load_questions(
     return bench, questions
 
 
-def adapter_scale_label(cfg: DictConfig) -> str:
-    """`` adapter_scale=s`` when fθ is interpolated toward f0 (s != 1): a table's setting line must not pass it off as fθ."""
-    s = float(cfg.encoder.get("adapter_scale", 1.0))
-    return "" if s == 1.0 else f" adapter_scale={s:g}"
+def build_runner(cfg: DictConfig) -> ModeRunner:
+    """The qa mode's ``run(cfg) -> metrics``: the ``method.runner`` target (CANOPY's loop, or CARVE's pipeline)."""
+    return instantiate(cfg.method.runner)
+
+
+def build_hierarchy(cfg: DictConfig) -> Hierarchy:
+    """The region-tree builders of the ``tree`` group (branching B, modality builders)."""
+    return instantiate(cfg.tree)
+
+
+def build_refiner(cfg: DictConfig) -> Refiner:
+    """The refiner of the ``refine`` group (what it needs beyond its knobs, it names in its config)."""
+    return instantiate(cfg.refine)
 
 
 def build_encoder(cfg: DictConfig) -> Any:
@@ -91,28 +143,43 @@ def build_llm(cfg: DictConfig) -> Any:
     return instantiate(cfg.llm)
 
 
-def build_scorer(cfg: DictConfig, encoder: Any, hierarchy: Hierarchy, refiner: Refiner) -> NodeScorer | None:
-    """Node scores for a refiner that reads them, over a node-embedding cache (``retrieval.node_cache_dir``).
+def _node_cache_dir(cfg: DictConfig) -> Path | None:
+    cache_dir = cfg.retrieval.get("node_cache_dir")
+    return Path(cache_dir) if cache_dir else None
 
-    A refiner with its own scorer (RECOMP: ``refine.scorer=f0``) gets f0 nodes even when an adapter is loaded.
-    """
+
+def build_node_scorer(cfg: DictConfig, encoder: Any, hierarchy: Hierarchy) -> NodeScorer:
+    """The ``scorer`` group's node scorer (fθ, or f0 for RECOMP) over the node-embedding cache
+    (``retrieval.node_cache_dir``)."""
+    factory: Callable[..., NodeScorer] = instantiate(cfg.scorer)
+    return factory(encoder=encoder, hierarchy=hierarchy, cache_dir=_node_cache_dir(cfg))
+
+
+def build_scorer(cfg: DictConfig, encoder: Any, hierarchy: Hierarchy, refiner: Refiner) -> NodeScorer | None:
+    """``build_node_scorer`` for a refiner that reads node scores; None for one that does not (keep-whole)."""
     if encoder is None or not refiner.needs_scores:
         return None
-    cache_dir = cfg.retrieval.get("node_cache_dir")
-    node_encoder = scorer_encoder(encoder, refiner)
-    cache = NodeEmbeddingCache(node_encoder, hierarchy, cache_dir=Path(cache_dir) if cache_dir else None)
-    return NodeScorer(node_encoder, hierarchy, cache)
+    return build_node_scorer(cfg, encoder, hierarchy)
 
 
-def build_retriever(cfg: DictConfig, bench: Any, encoder: Any, hierarchy: Hierarchy, llm: Any) -> Retriever | None:
-    """The round retriever of the ``retriever`` group (None when the method never retrieves)."""
+def build_retriever(
+    cfg: DictConfig, bench: Any, encoder: Any, hierarchy: Hierarchy, llm: Any, item_cache: Any = None
+) -> Retriever | None:
+    """The round retriever of the ``retriever`` group (None when the method never retrieves).
+
+    ``item_cache``: a node-embedding cache the candidate items' vectors go through (the evidence
+    mode's, shared by the runs of a study); the corpus index ignores it (it caches by content).
+    """
     if cfg.loop.max_rounds == 0 or cfg.retrieval.k == 0:
         return None
     options = OmegaConf.to_container(cfg.retriever, resolve=True)
     assert isinstance(options, dict)
     options.pop("name", None)  # the option's label for tables and run folders, not an argument
     factory: Callable[..., Retriever] = instantiate(options)
-    return factory(retrieval=cfg.retrieval, bench=bench, encoder=encoder, hierarchy=hierarchy, llm=llm)
+    return factory(
+        retrieval=cfg.retrieval, bench=bench, encoder=encoder, hierarchy=hierarchy, llm=llm, item_cache=item_cache,
+        index=build_index(cfg), ranking=build_candidate_ranking(cfg),
+    )  # fmt: skip
 
 
 def build_controller(cfg: DictConfig, llm: Any, hierarchy: Hierarchy) -> Controller | None:
@@ -134,8 +201,8 @@ def loop_settings(cfg: DictConfig) -> LoopSettings:
 
 def build_loop(cfg: DictConfig, bench: Any) -> QuestionRunner:
     """The configured method as an ``EvidenceLoop`` wrapped for per-question accounting."""
-    hierarchy: Hierarchy = instantiate(cfg.tree)
-    refiner: Refiner = instantiate(cfg.refine)
+    hierarchy = build_hierarchy(cfg)
+    refiner = build_refiner(cfg)
     llm = build_llm(cfg)
     batched = bool(cfg.loop.get("batched", False))
     if batched:  # round-synchronous: the questions in flight (``concurrency``) send their calls as batches
@@ -166,3 +233,242 @@ def build_loop(cfg: DictConfig, bench: Any) -> QuestionRunner:
         settings=settings,
     )
     return BatchedQuestionRunner(loop, llm) if batched else QuestionRunner(loop, llm)
+
+
+class NoReader:
+    """The reader's seat in the evidence mode: no LLM, an empty answer (the evidence is what is measured)."""
+
+    def answer(self, question: Question, evidence: list[str]) -> str:
+        return ""
+
+
+def build_evidence_loop(cfg: DictConfig, bench: Any) -> EvidenceLoop:
+    """``mode: evidence``: the QA pipeline's stages (``retriever``, ``tree``, ``encoder``, ``scorer``,
+    ``refine``) for one round, and no LLM at all: no critic, no aggregation classifier, no reader.
+
+    Evidence tokens are counted in the reader's tokenizer (``evidence.tokenizer``); the candidate items'
+    f0 vectors go through the node cache, so the runs and jobs of a study embed each item once.
+
+    Raises:
+        ValueError: ``retrieval.routing`` on (the router is an LLM) or ``retrieval.k`` < 1.
+    """
+    if cfg.retrieval.get("routing"):
+        raise ValueError("mode=evidence makes no LLM call: set retrieval.routing=false (the router is an LLM)")
+    if int(cfg.retrieval.k) < 1:
+        raise ValueError(f"mode=evidence needs retrieval.k >= 1, got {cfg.retrieval.k}")
+    hierarchy = build_hierarchy(cfg)
+    refiner = build_refiner(cfg)
+    encoder = build_encoder(cfg)
+    scorer = build_scorer(cfg, encoder, hierarchy, refiner)
+    item_cache = NodeEmbeddingCache(QuerySideEncoder(encoder), hierarchy, cache_dir=_node_cache_dir(cfg))
+    retriever = build_retriever(cfg, bench, encoder, hierarchy, None, item_cache=item_cache)
+    settings = LoopSettings(
+        k=int(cfg.retrieval.k),
+        max_rounds=1,
+        exclude_seen=False,
+        reader_max_tokens=int(cfg.loop.reader_max_tokens),
+        aggregation_check=False,
+    )
+    count = token_counter(str(cfg.evidence.tokenizer))
+    return EvidenceLoop(retriever, hierarchy, refiner, NoReader(), count, scorer=scorer, settings=settings)
+
+
+@dataclass
+class ProbeStages:
+    """What the refinement probe runs: trees, the node scorer, and δ of the rule it judges."""
+
+    hierarchy: Hierarchy
+    scorer: NodeScorer
+    descend_margin: float
+
+
+def build_probe(cfg: DictConfig) -> ProbeStages:
+    """``mode: probe``: the ``tree`` and ``scorer`` stages, and δ of the refinement rule
+    (``refine.descend_margin``; only CANOPY's refiner has one, the probe judges parent-relative decisions).
+
+    The scorer's node cache is the loop's: a probe rerun (another δ, B-independent leaves) encodes nothing again.
+    """
+    hierarchy = build_hierarchy(cfg)
+    scorer = build_node_scorer(cfg, build_encoder(cfg), hierarchy)
+    return ProbeStages(hierarchy, scorer, float(cfg.refine.get("descend_margin", 0.0)))
+
+
+# --------------------------------------------------------------------------- retrieval (index, ranking, mode)
+
+
+def build_index(cfg: DictConfig) -> Callable[..., Retriever]:
+    """The ``retrieval`` group's index builder (dense FAISS, BM25 or hybrid) with its knobs bound; it takes
+    ``encoder`` and ``router``. The group's pipeline keys (``PIPELINE_RETRIEVAL_KEYS``: the loop's ``k``,
+    the candidate ranking ...) are no argument of it."""
+    options = OmegaConf.to_container(cfg.retrieval, resolve=True)
+    assert isinstance(options, dict)
+    return instantiate({k: v for k, v in options.items() if k not in PIPELINE_RETRIEVAL_KEYS})
+
+
+def build_candidate_ranking(cfg: DictConfig) -> CandidateRanking:
+    """How ``retriever=candidates|benchmark`` orders a question's items: ``retrieval.candidate_ranking``,
+    set by the ``retrieval`` option (f0 cosine where it names none)."""
+    node = cfg.retrieval.get("candidate_ranking")
+    return instantiate(node) if node is not None else DenseRanking()
+
+
+def build_f0_encoder(cfg: DictConfig) -> Any:
+    """The ``encoder`` group's encoder without its adapter: retrieval embeds both sides with f0."""
+    return instantiate(cfg.encoder, adapter=None)
+
+
+def build_retrieval_eval(cfg: DictConfig) -> dict[str, Any]:
+    """``mode: retrieval``: the keyword arguments of ``retrieval.evaluate.evaluate_retrieval``.
+
+    The index builder is the ``retrieval`` group's target (its knobs the builder takes), over the group's
+    ``benchmarks``; ``retrieval_eval`` {benchmarks, ks, split} and ``limit`` pick the questions. The
+    encoder is the ``encoder`` group's f0 (none for BM25); ``retrieval.routing`` routes with ``cfg.llm``.
+    """
+    options = OmegaConf.to_container(cfg.retrieval, resolve=True)
+    assert isinstance(options, dict)
+    builder = get_method(options["_target_"]) if options.get("_target_") else build_corpus_index
+    options = builder_options(builder, options)
+    ev = cfg.get("retrieval_eval") or {}
+    spec: dict[str, Any] = {
+        "builder": builder,
+        "corpus_benchmarks": options.pop("benchmarks", None),
+        "cache_dir": options.pop("cache_dir", None),
+        "benchmarks": ev.get("benchmarks"),
+        "ks": tuple(ev.get("ks") or KS),
+        "split": ev.get("split") or cfg.get("split") or "all",
+        "limit": cfg.get("limit"),
+        **options,
+    }
+    if options.get("routing") and options.get("router") is None and cfg.get("llm") is not None:
+        spec["router"] = LLMModalityRouter(build_llm(cfg))
+    if cfg.get("encoder") is not None and getattr(builder, "needs_encoder", True):
+        spec["encoder"] = build_f0_encoder(cfg)
+    return spec
+
+
+# --------------------------------------------------------------------------- the LLM-as-judge
+
+
+def build_judge(cfg: Mapping[str, Any], llm: Any = None) -> AnswerJudge:
+    """The LLM-as-judge (``eval/judge``): the ``llm`` group's model with the ``judge`` block's options.
+
+    Args:
+        cfg: an evaluate config (``llm``, ``judge.max_tokens`` / ``judge.logprobs``).
+        llm: an already built backend for ``cfg.llm`` (evaluation reuses the run's); None builds one.
+    """
+    judge = cfg.get("judge") or {}
+    max_tokens, logprobs = int(judge.get("max_tokens", 16)), int(judge.get("logprobs", 5))
+    llm_cfg = OmegaConf.to_container(cfg["llm"], resolve=True) if OmegaConf.is_config(cfg["llm"]) else dict(cfg["llm"])
+    fingerprint = judge_fingerprint(llm_cfg, max_tokens=max_tokens, logprobs=logprobs)
+    backend = llm if llm is not None else instantiate(cfg["llm"])
+    return AnswerJudge(backend, fingerprint, max_tokens=max_tokens, logprobs=logprobs)
+
+
+# --------------------------------------------------------------------------- CARVE (METHOD.md §2)
+
+
+class CarveParts:
+    """The parts several CARVE stages share, each built once from its config on first use.
+
+    The ``carve/*`` groups name only their own class; the text encoder (the ``encoder`` group), the LLM
+    (``llm``), the frame describer (``carve.describer``), the stage-2 cross-encoder (``carve/reranker``)
+    and the within-configuration normalisation (``carve/normalisation``) cannot live in those YAMLs, so
+    ``build`` passes each one to the constructors that take it by that parameter name. The LLM is loaded
+    only when a built part asks for it.
+
+    Args:
+        cfg: the composed evaluate config (``encoder``, ``llm``, ``carve``).
+    """
+
+    NAMES = ("encoder", "llm", "describe", "cross_encoder", "normalisation")
+
+    def __init__(self, cfg: DictConfig) -> None:
+        self.cfg = cfg
+
+    @cached_property
+    def encoder(self) -> Any:
+        return build_encoder(self.cfg)
+
+    @cached_property
+    def llm(self) -> Any:
+        return build_llm(self.cfg)
+
+    @cached_property
+    def describe(self) -> Any:
+        node = self.cfg.carve.get("describer")
+        return instantiate(node) if node is not None else None
+
+    @cached_property
+    def cross_encoder(self) -> Any:
+        return self.build(self.cfg.carve.reranker, "carve.reranker")
+
+    @cached_property
+    def normalisation(self) -> Normalisation:
+        return instantiate(self.cfg.carve.normalisation)
+
+    def build(self, node: DictConfig, where: str) -> Any:
+        """``instantiate(node)`` plus the shared parts its ``_target_`` takes and the config does not set."""
+        params = inspect.signature(get_object(str(node._target_))).parameters
+        shared: dict[str, Any] = {}
+        for name in self.NAMES:
+            if name not in params or name in node:
+                continue
+            value = getattr(self, name)
+            if value is None and params[name].default is inspect.Parameter.empty:
+                raise ValueError(f"{where} ({node._target_}) needs the frame describer, but carve.describer is null")
+            shared[name] = value
+        return instantiate(node, **shared)
+
+
+def build_carve_corpus(cfg: DictConfig, items: Sequence[Item], parts: CarveParts) -> ClipCorpus:
+    """The clips of every readable video, embedded under the four configurations (``cfg.carve``)."""
+    c = cfg.carve
+    builder = instantiate(c.clips)
+    missing = [i.id for i in items if i.video is not None and not Path(i.video.path).is_file()]
+    if missing:
+        log.warning("CARVE: %d video(s) not found, left out of the corpus: %s", len(missing), ", ".join(missing[:5]))
+    items = [i for i in items if i.video is not None and Path(i.video.path).is_file()]
+    corpus = ClipCorpus.build(
+        video_clips(items, builder), visual=parts.build(c.visual_encoder, "carve.visual_encoder"),
+        summariser=parts.build(c.summariser, "carve.summariser"), text_encoder=parts.encoder,
+        describe=parts.describe,
+    )  # fmt: skip
+    corpus.meta["clip_seconds"] = builder.clip_seconds
+    corpus.meta["frame_interval"] = builder.frame_interval
+    return corpus
+
+
+def check_carve_method(cfg: DictConfig) -> None:
+    """Raise ``ConfigError`` when the ``carve/method`` option leaves a key to the user (``???``) that is not
+    set, e.g. ``carve.method.config`` of ``single``: cheap, so that a run says so before building its corpus."""
+    node = cfg.carve.method
+    missing = [str(key) for key in node if OmegaConf.is_missing(node, str(key))]
+    if missing:
+        raise ConfigError([f"carve.method.{key} must be set for {node._target_}" for key in missing])
+
+
+def build_carve_method(cfg: DictConfig, parts: CarveParts) -> ClipRanking:
+    """The ranking of the ``carve/method`` group: CARVE's reranker (its cross-encoder and normalisation
+    from ``parts``), fixed fusion (rrf) or one configuration alone (single).
+
+    Raises:
+        ConfigError: a key the option leaves to the user is not set (``check_carve_method``).
+    """
+    check_carve_method(cfg)
+    return parts.build(cfg.carve.method, "carve.method")
+
+
+def build_carve_pipeline(cfg: DictConfig, corpus: ClipCorpus, parts: CarveParts) -> CarvePipeline:
+    """``CarvePipeline`` of ``cfg.carve``: its method's ranking, and the reader only with ``carve.generate``."""
+    c = cfg.carve
+    return CarvePipeline(
+        corpus,
+        build_carve_method(cfg, parts),
+        k=int(c.k),
+        pool_k=int(c.pool_k),
+        reader=parts.build(c.reader, "carve.reader") if c.generate else None,
+        scope=str(c.scope),
+        recall_ks=[int(k) for k in c.recall_ks],
+        min_iou=float(c.min_iou),
+        workers=int(c.workers),
+    )

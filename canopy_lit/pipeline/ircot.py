@@ -73,7 +73,7 @@ def load_demos(data: Mapping[str, Any], n: int, hierarchy: Hierarchy, max_words:
         return []
     if split not in ("train", "val"):
         raise ValueError(f"controller.demo_split must be train or val (never the evaluated test split), got {split!r}")
-    kwargs = {k: v for k, v in dict(data).items() if k in ("name", "path", "seed", "options")}
+    kwargs = {k: v for k, v in dict(data).items() if k in ("name", "path", "seed", "options", "reader")}
     bench, pool = load_split(**kwargs, split=split)
     chosen = select_demos(pool, bench.items, hierarchy, n, max_words)
     test = split_questions(bench, "test", int(kwargs.get("seed", 0)))

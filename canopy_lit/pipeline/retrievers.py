@@ -7,18 +7,22 @@ which isolates compression from retrieval errors; ``retriever=benchmark`` ranks 
 loaded benchmark file for every question (small sets, e.g. the bundled LVBench clips).
 
 Each option's YAML targets one factory below; ``pipeline.build.build_retriever`` calls it with the
-same keywords (``retrieval``, ``bench``, ``encoder``, ``hierarchy``, ``llm``), so an option uses
-what it needs and ignores the rest.
+same keywords (``retrieval``, ``bench``, ``encoder``, ``hierarchy``, ``llm``, ``index``: the ``retrieval``
+group's index builder, ``ranking``: its ``candidate_ranking``, ...), so an option uses what it needs and
+ignores the rest.
+
+How ``CandidateRetriever`` orders a question's items is a ``CandidateRanking`` (``retrieval.candidate_ranking``,
+set by the ``retrieval`` option: ``DenseRanking`` for the dense index, ``BM25Ranking`` for bm25,
+``HybridRanking`` for hybrid), so that the candidate pools are ranked as the corpus index would rank them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
-from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.pipeline.scoring import _numpy
@@ -26,8 +30,56 @@ from canopy_lit.retrieval.base import Retriever
 from canopy_lit.retrieval.bm25 import BM25Retriever
 from canopy_lit.retrieval.hybrid import reciprocal_rank_fusion
 from canopy_lit.retrieval.router import LLMModalityRouter
-from canopy_lit.schema import PIPELINE_RETRIEVAL_KEYS
 from canopy_lit.types import Item, Question
+
+
+@runtime_checkable
+class CandidateRanking(Protocol):
+    """How ``CandidateRetriever`` orders a question's candidates; ``name`` is the tables' label."""
+
+    name: str
+
+    def order(self, query: str, ids: Sequence[str], pool: CandidateRetriever) -> list[str]:
+        """``ids`` best first (the pool provides the scores: ``dense_scores``, ``bm25_scores``)."""
+        ...
+
+
+class DenseRanking:
+    """cos(f0(query), f0(item)) over the item's root text (ties: candidate order)."""
+
+    name = "dense"
+
+    def order(self, query: str, ids: Sequence[str], pool: CandidateRetriever) -> list[str]:
+        return [ids[j] for j in np.argsort(-pool.dense_scores(query, ids), kind="stable")]
+
+
+class BM25Ranking:
+    """BM25 with IDF over every item of the loaded benchmark (ties: candidate order); needs no encoder."""
+
+    name = "bm25"
+
+    def order(self, query: str, ids: Sequence[str], pool: CandidateRetriever) -> list[str]:
+        return [ids[j] for j in np.argsort(-pool.bm25_scores(query, ids), kind="stable")]
+
+
+class HybridRanking:
+    """Reciprocal-rank fusion of the dense and BM25 orders (``retrieval.hybrid.reciprocal_rank_fusion``).
+
+    Args:
+        rrf_k: the RRF rank offset (``retrieval.rrf_k``).
+        weights: per-side weights {dense, bm25} (missing sides weigh 1).
+    """
+
+    name = "hybrid"
+
+    def __init__(self, rrf_k: int = 60, weights: Mapping[str, float] | None = None) -> None:
+        self.rrf_k = rrf_k
+        self.weights = dict(weights or {})
+
+    def order(self, query: str, ids: Sequence[str], pool: CandidateRetriever) -> list[str]:
+        sides = [DenseRanking().order(query, ids, pool), BM25Ranking().order(query, ids, pool)]
+        w = [self.weights.get("dense", 1.0), self.weights.get("bm25", 1.0)]
+        return [i for i, _ in reciprocal_rank_fusion(sides, w, self.rrf_k)]
 
 
 class CandidateRetriever:
@@ -40,8 +92,10 @@ class CandidateRetriever:
         hierarchy: renders an item's root as its text.
         router: optional ``route(query) -> [modality]`` (UniversalRAG): only candidates of the routed
             modalities are ranked; when the question has none of them, all its candidates are.
-        ranking: ``dense`` (f0 cosine), ``bm25`` (BM25, IDF over ``items``) or ``hybrid``
-            (reciprocal-rank fusion of the two, ``rrf_k`` and ``weights`` {dense, bm25}).
+        ranking: the order of the candidates (``CandidateRanking``; default: ``DenseRanking``, f0 cosine).
+        item_cache: a node-embedding cache over ``QuerySideEncoder(encoder)`` that stores the items'
+            vectors on disk for other runs and jobs (the evidence study); the ranking is the same
+            f0 cosine of the root text.
     """
 
     def __init__(
@@ -51,34 +105,39 @@ class CandidateRetriever:
         encoder: Any,
         hierarchy: Hierarchy,
         router: Any | None = None,
-        ranking: str = "dense",
-        rrf_k: int = 60,
-        weights: Mapping[str, float] | None = None,
+        ranking: CandidateRanking | None = None,
+        item_cache: Any | None = None,
     ) -> None:
-        if ranking not in ("dense", "bm25", "hybrid"):
-            raise ValueError(f"retrieval.candidate_ranking must be dense | bm25 | hybrid, got {ranking!r}")
         self.items = items
         self.candidates = candidates
         self.encoder = encoder
         self.hierarchy = hierarchy
         self.router = router
-        self.ranking = ranking
-        self.rrf_k = rrf_k
-        self.weights = dict(weights or {})
+        self.ranking: CandidateRanking = ranking if ranking is not None else DenseRanking()
+        self.item_cache = item_cache
         self._emb: dict[str, np.ndarray] = {}
         self._bm25: BM25Retriever | None = None
         self._bm25_row: dict[str, int] = {}
 
-    def _bm25_scores(self, query: str, ids: Sequence[str]) -> np.ndarray:
+    def bm25_scores(self, query: str, ids: Sequence[str]) -> np.ndarray:
         """BM25 scores of ``ids``: (len(ids),); the index over every item is built once, on first use."""
         if self._bm25 is None:
             self._bm25 = BM25Retriever.from_items(self.items.values())
             self._bm25_row = {i: r for r, i in enumerate(self._bm25.corpus.ids)}
         return self._bm25.scores(query)[[self._bm25_row[i] for i in ids]]
 
+    def dense_scores(self, query: str, ids: Sequence[str]) -> np.ndarray:
+        """cos(f0(query), f0(item)) of ``ids``: (len(ids),); item vectors are memoised."""
+        q = _numpy(self.encoder.encode_queries([query]))[0]
+        return self._embed(ids) @ q
+
     def _embed(self, ids: Sequence[str]) -> np.ndarray:
         missing = [i for i in ids if i not in self._emb]
-        if missing:
+        if missing and self.item_cache is not None:
+            trees = [self.hierarchy.build(self.items[i]) for i in missing]
+            for i, e in zip(missing, self.item_cache.embed_trees(trees, [[0]] * len(trees)), strict=True):
+                self._emb[i] = e[0]
+        elif missing:
             texts = [self.hierarchy.node_text(self.hierarchy.build(self.items[i]), 0) for i in missing]
             for i, e in zip(missing, _numpy(self.encoder.encode_queries(texts)), strict=True):
                 self._emb[i] = e
@@ -95,49 +154,34 @@ class CandidateRetriever:
         if self.router is not None:
             routed = set(self.router.route(query))
             ids = [i for i in ids if self.items[i].modality.value in routed] or ids
-        if self.ranking == "bm25":
-            order = np.argsort(-self._bm25_scores(query, ids), kind="stable")[:k]
-            return [self.items[ids[j]] for j in order]
-        q = _numpy(self.encoder.encode_queries([query]))[0]
-        scores = self._embed(ids) @ q
-        order = np.argsort(-scores, kind="stable")
-        if self.ranking == "hybrid":
-            sparse = np.argsort(-self._bm25_scores(query, ids), kind="stable")
-            w = [self.weights.get("dense", 1.0), self.weights.get("bm25", 1.0)]
-            fused = reciprocal_rank_fusion([[ids[j] for j in order], [ids[j] for j in sparse]], w, self.rrf_k)
-            return [self.items[i] for i, _ in fused[:k]]
-        return [self.items[ids[j]] for j in order[:k]]
-
-
-def _options(retrieval: Mapping[str, Any] | DictConfig) -> dict[str, Any]:
-    out = OmegaConf.to_container(retrieval, resolve=True) if isinstance(retrieval, DictConfig) else dict(retrieval)
-    assert isinstance(out, dict)
-    return out
+        return [self.items[i] for i in self.ranking.order(query, ids, self)[:k]]
 
 
 def corpus_retriever(
     retrieval: Mapping[str, Any] | DictConfig,
     encoder: Any,
+    index: Callable[..., Retriever],
     llm: Any = None,
     bench: Any = None,
     hierarchy: Hierarchy | None = None,
+    item_cache: Any = None,
+    ranking: CandidateRanking | None = None,
 ) -> Retriever:
     """``retriever=corpus``: the index the ``retrieval`` group targets (dense, BM25, hybrid) over its
     ``benchmarks``' union corpus, cached by content.
 
     Args:
-        retrieval: the ``retrieval`` group (its loop keys ``k``, ``exclude_seen`` ... are not the index's).
+        retrieval: the ``retrieval`` group (``routing``).
         encoder: f0 embeds the corpus and the queries.
+        index: the ``retrieval`` group's index builder with its knobs bound (``build.build_index``).
         llm: the modality router's LLM when ``retrieval.routing`` is on (offered only the modalities
             the index holds, one call per query text).
-        bench, hierarchy: unused (the corpus is the index's, not the loaded benchmark's); accepted so
-            that every retriever option is called the same way.
+        bench, hierarchy, item_cache, ranking: unused (the corpus is the index's, not the loaded
+            benchmark's, and its vectors are cached by content); accepted so that every retriever option
+            is called the same way.
     """
-    kwargs = _options(retrieval)
-    for key in PIPELINE_RETRIEVAL_KEYS:
-        kwargs.pop(key, None)
-    router = LLMModalityRouter(llm) if kwargs.get("routing") else None
-    return instantiate(kwargs)(encoder=encoder, router=router)
+    router = LLMModalityRouter(llm) if retrieval.get("routing") else None
+    return index(encoder=encoder, router=router)
 
 
 def candidate_retriever(
@@ -147,31 +191,34 @@ def candidate_retriever(
     hierarchy: Hierarchy,
     llm: Any = None,
     pool: str = "candidates",
+    item_cache: Any = None,
+    ranking: CandidateRanking | None = None,
+    index: Any = None,
 ) -> CandidateRetriever:
     """``retriever=candidates`` (each question's delivered items) or ``retriever=benchmark`` (every item
-    of the loaded file for every question), ranked as ``retrieval.candidate_ranking`` says.
+    of the loaded file for every question), ranked by ``ranking``.
 
     Args:
-        retrieval: the ``retrieval`` group: ``candidate_ranking`` (dense | bm25 | hybrid, set by
-            bm25.yaml / hybrid.yaml), ``rrf_k``, ``weights`` and ``routing``.
+        retrieval: the ``retrieval`` group (``routing``).
         bench: the loaded benchmark (``items``, ``candidates``, ``questions``).
         encoder: f0 embeds both sides for dense ranking.
         hierarchy: renders an item's root as its text.
         llm: the modality router's LLM, used only when the pool holds more than one modality.
         pool: ``candidates`` or ``benchmark``.
+        item_cache: the items' vectors through a disk cache (``CandidateRetriever``); None = in memory.
+        ranking: the ``retrieval.candidate_ranking`` block, built (None: ``DenseRanking``).
+        index: unused (the pool is the question's, not a corpus index); accepted so that every
+            retriever option is called the same way.
     """
     if pool not in ("candidates", "benchmark"):
         raise ValueError(f"retriever.pool must be candidates | benchmark, got {pool!r}")
-    rcfg = _options(retrieval)
     pools: Mapping[str, Sequence[str]] = bench.candidates
     if pool == "benchmark":  # every item of the loaded file is a candidate of every question (small sets)
         every = list(bench.items)
         pools = {q.id: every for q in bench.questions}
     # Routing among the modalities the pool holds; a single-modality benchmark needs no router call.
     modalities = sorted({it.modality.value for it in bench.items.values()})
-    router = LLMModalityRouter(llm, modalities) if rcfg.get("routing") and len(modalities) > 1 else None
-    weights = rcfg.get("weights")
+    router = LLMModalityRouter(llm, modalities) if retrieval.get("routing") and len(modalities) > 1 else None
     return CandidateRetriever(
-        bench.items, pools, encoder, hierarchy, router=router, ranking=rcfg.get("candidate_ranking", "dense"),
-        rrf_k=int(rcfg.get("rrf_k", 60)), weights=dict(weights) if weights is not None else None,
-    )  # fmt: skip
+        bench.items, pools, encoder, hierarchy, router=router, ranking=ranking, item_cache=item_cache
+    )

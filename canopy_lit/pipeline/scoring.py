@@ -1,13 +1,28 @@
-"""Node scoring s(q, v) = cos(f0(q), fθ(v)) (METHOD.md §1.1 step 4)."""
+"""The scoring stage: s(q, v) = cos(f0(q), fθ(v)) over a node-embedding cache (METHOD.md §1.1 step 4).
+
+The ``scorer`` config group picks the encoder view the nodes are scored through (``node_scorer``):
+
+    scorer    s(q, v)               use
+    adapter   cos(f0(q), fθ(v))     default: the run's encoder, fθ with ``encoder.adapter``, f0 without
+    f0        cos(f0(q), f0(v))     the adapter off on both sides (``FrozenEncoderView``), whatever
+                                    ``encoder.adapter`` says: RECOMP's off-the-shelf selector
+    ftheta    cos(f0(q), fθ(v))     as ``adapter``, but a run without an adapter is refused (a row
+                                    labelled fθ must not silently be f0)
+
+``QuerySideEncoder`` is the view the evidence mode caches the candidate items' f0 retrieval vectors
+through (``canopy_lit.pipeline.build.build_evidence_loop``).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.retrieval.node_cache import NodeEmbeddingCache
 from canopy_lit.types import Tree
 
 
@@ -67,6 +82,85 @@ class NodeScorer:
         """One cosine-score array per tree: (num_nodes,), or (len(nodes[j]),) for the requested nodes."""
         q = self.embed_query(query) if isinstance(query, str) else query
         return [e @ q if len(e) else np.zeros(0, np.float32) for e in self.embed_trees(trees, nodes)]
+
+
+class FrozenEncoderView:
+    """A ``NodeEncoder`` seen with its adapter disabled on both sides: f0(q) and f0(v).
+
+    The fingerprint is the backbone's with ``adapter=none``, so node embeddings cached through
+    this view are shared with runs that load no adapter, and never mixed with fθ embeddings.
+
+    Args:
+        encoder: the run's encoder (with or without an adapter); it is not modified.
+    """
+
+    def __init__(self, encoder: Any) -> None:
+        self.encoder = encoder
+
+    def __getattr__(self, name: str) -> Any:  # dim, batch_size, name, ... of the wrapped encoder
+        return getattr(self.encoder, name)
+
+    @property
+    def fingerprint(self) -> str:
+        base = str(self.encoder.fingerprint)
+        return base.rsplit(":adapter=", 1)[0] + ":adapter=none"
+
+    def encode_queries(self, texts: Sequence[str], batch_size: int | None = None) -> Any:
+        """(N, D) f0 query embeddings (the encoder's own f0 path)."""
+        return self.encoder.encode_queries(texts, batch_size)
+
+    def encode_nodes(self, inputs: Sequence[Any], batch_size: int | None = None) -> Any:
+        """(N, D) f0 node embeddings: the backbone with the adapter off."""
+        with self.encoder.adapter_disabled():
+            return self.encoder.encode_nodes(inputs, batch_size)
+
+
+class QuerySideEncoder:
+    """f0 query-side embeddings of node texts, seen as a node encoder (for a cache of retrieval vectors).
+
+    Other attributes (``dim``, ``max_seq_length``, ...) are the wrapped encoder's, so the cache key
+    holds every encoder setting the node cache keys on.
+    """
+
+    def __init__(self, encoder: Any) -> None:
+        self.encoder = encoder
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.encoder, name)
+
+    @property
+    def fingerprint(self) -> str:
+        return str(self.encoder.fingerprint).rsplit(":adapter=", 1)[0] + ":adapter=none|query-side"
+
+    def encode_nodes(self, inputs: Sequence[Any], batch_size: int | None = None) -> Any:
+        return self.encoder.encode_queries([getattr(x, "text", x) for x in inputs], batch_size)
+
+
+def node_scorer(
+    encoder: Any,
+    hierarchy: Hierarchy,
+    cache_dir: str | Path | None = None,
+    frozen: bool = False,
+    require_adapter: bool = False,
+) -> NodeScorer:
+    """The ``scorer`` group's target: a ``NodeScorer`` over a node-embedding cache.
+
+    Args:
+        encoder: the run's encoder.
+        hierarchy: renders nodes to encoder inputs.
+        cache_dir: the cache's disk tier (``retrieval.node_cache_dir``; None = memory only).
+        frozen: score through ``FrozenEncoderView`` (f0 on both sides), whatever adapter is loaded.
+        require_adapter: refuse an encoder without a trained adapter (``scorer=ftheta``).
+
+    Raises:
+        ValueError: ``require_adapter`` and no adapter loaded.
+    """
+    if frozen:
+        encoder = FrozenEncoderView(encoder)
+    elif require_adapter and not getattr(encoder, "has_adapter", False):
+        raise ValueError("scorer=ftheta needs a trained adapter: set encoder.adapter=DIR (or scorer=f0)")
+    cache = NodeEmbeddingCache(encoder, hierarchy, cache_dir=Path(cache_dir) if cache_dir else None)
+    return NodeScorer(encoder, hierarchy, cache)
 
 
 def _numpy(x: Any) -> np.ndarray:

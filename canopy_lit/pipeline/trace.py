@@ -8,8 +8,6 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-STAGES = ("retrieve", "route", "trees", "encode", "refine", "aggregation", "critic", "reader")
-
 
 class StageTimer:
     """Wall time accumulated per pipeline stage (seconds)."""

@@ -4,6 +4,9 @@
     python -m canopy_lit.report plots RUN... --out DIR [--study S]
     python -m canopy_lit.report view RUN_DIR [--out DIR] [--limit N] [--screenshot PNG]
     python -m canopy_lit.report wandb RUN... --project P [--study S] [--plots-dir DIR]
+    python -m canopy_lit.report answers NAME=RUN_DIR... [--markdown]
+    python -m canopy_lit.report pack STUDY_DIR...              # experiments/runs/<study> -> <study>.zip
+    python -m canopy_lit.report unpack STUDY_ZIP... [--force] [--if-stale]  # <study>.zip -> experiments/runs/<study>
 
 ``RUN`` is a run folder (``metrics.json``) or any folder above run folders (a multirun, outputs/).
 Exit status 2 with one line on stderr for a missing or unreadable run folder.
@@ -17,6 +20,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from canopy_lit.report.answers import answers_table, answers_text
+from canopy_lit.report.archive import ensure_unpacked, folder_path, is_current, pack, unpack
 from canopy_lit.report.browser import screenshot
 from canopy_lit.report.plots import make_all
 from canopy_lit.report.runs import Run, find_runs, group_studies
@@ -62,6 +67,7 @@ def cmd_plots(args: argparse.Namespace) -> int:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
+    ensure_unpacked([args.run_dir])  # a committed run: experiments/runs/<study>.zip unpacked on first use
     index = build_viewer(args.run_dir, args.out, benchmark=args.benchmark, data_path=args.data_path,
                          branching=args.branching, limit=args.limit)
     if args.screenshot:
@@ -74,6 +80,34 @@ def cmd_wandb(args: argparse.Namespace) -> int:
     runs = _runs(args.runs, args.study)
     images = _plots(runs, args.plots_dir) if args.plots_dir else {}
     print(log_report(runs, images, project=args.project, name=args.name))
+    return 0
+
+
+def cmd_answers(args: argparse.Namespace) -> int:
+    runs = {}
+    for spec in args.runs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"{spec!r}: expected NAME=RUN_DIR (e.g. canopy=outputs/eval/canopy)")
+        runs[name] = path
+    ensure_unpacked(runs.values())
+    print((answers_table if args.markdown else answers_text)(runs), end="")
+    return 0
+
+
+def cmd_pack(args: argparse.Namespace) -> int:
+    for folder in args.folders:
+        done = pack(folder)
+        left = ", ".join(f"{n} {name}" for name, n in sorted(done.left_out.items(), key=lambda kv: (-kv[1], kv[0])))
+        print(f"{done.archive}: {done.runs} runs, {done.entries} files" + (f"; left out: {left}" if left else ""))
+    return 0
+
+
+def cmd_unpack(args: argparse.Namespace) -> int:
+    for archive in args.archives:
+        if args.if_stale and is_current(folder_path(archive)):
+            continue
+        print(unpack(archive, force=args.force))
     return 0
 
 
@@ -113,6 +147,20 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--name", default=None, help="W&B run name")
     w.add_argument("--plots-dir", default=None, help="also draw the plots into this folder and log them")
     w.set_defaults(fn=cmd_wandb)
+    a = sub.add_parser("answers", help="each question's answer per run beside the gold answer and evidence tokens")
+    a.add_argument("runs", nargs="+", help="NAME=RUN_DIR of QA run folders (predictions.jsonl)")
+    a.add_argument("--markdown", action="store_true", help="a markdown table instead of terminal blocks")
+    a.set_defaults(fn=cmd_answers)
+
+    k = sub.add_parser("pack", help="study folder(s) -> one deterministic <study>.zip beside each")
+    k.add_argument("folders", nargs="+", help="study folders holding run folders (experiments/runs/<study>)")
+    k.set_defaults(fn=cmd_pack)
+    u = sub.add_parser("unpack", help="<study>.zip -> the study folder beside it")
+    u.add_argument("archives", nargs="+", help="study archives (experiments/runs/<study>.zip)")
+    u.add_argument("--force", action="store_true", help="overwrite unpacked files edited since they were unpacked")
+    u.add_argument("--if-stale", action="store_true",
+                   help="only where the folder does not hold this archive's files yet (what reports do on first read)")
+    u.set_defaults(fn=cmd_unpack)
     return ap
 
 
@@ -121,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         return args.fn(args)
-    except (FileNotFoundError, ValueError, RuntimeError) as err:
+    except (FileNotFoundError, ValueError, RuntimeError) as err:  # ArchiveError is a RuntimeError
         print(f"error: {err}", file=sys.stderr)
         return 2
 

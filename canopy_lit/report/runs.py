@@ -2,7 +2,10 @@
 
 A run folder is any folder with a ``metrics.json``. Its ablation axes come from ``run.json``
 (written by the evaluation, ``canopy_lit.eval.records.write_run_axes``); folders written before
-that file existed get the same axes recomputed from their saved ``.hydra/config.yaml``.
+that file existed get the same axes recomputed from their saved ``.hydra/config.yaml``. Hydra's group
+choices and the job's overrides come from ``run.json`` (``choices``, ``overrides``: committed study
+runs keep no other ``.hydra`` file), else from ``.hydra/hydra.yaml`` and ``.hydra/overrides.yaml``.
+Study archives (``experiments/runs/<study>.zip``, ``canopy_lit.report.archive``) are unpacked on first read.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from omegaconf import OmegaConf
 
 from canopy_lit.eval.records import cfg_get, read_predictions, read_run_axes, run_axes
 from canopy_lit.eval.summary import duplicate_rates
+from canopy_lit.report.archive import ensure_unpacked
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +50,7 @@ class Run:
         path: the run folder.
         metrics: ``metrics.json`` (flat numbers).
         config: ``.hydra/config.yaml`` as plain dicts ({} when absent).
-        overrides: ``.hydra/overrides.yaml`` (the job's command-line + sweep overrides).
+        overrides: the job's command-line + sweep overrides (``run.json``, else ``.hydra/overrides.yaml``).
         study: study name (``--study``, else the ``study`` axis, else the multirun folder's name, else ``"runs"``).
         axes: ``run.json``, or the same keys recomputed from ``config`` for older run folders.
     """
@@ -167,17 +172,17 @@ def load_config(run_dir: str | Path) -> dict[str, Any]:
     """A run's ``.hydra/config.yaml`` as plain dicts, interpolations resolved where possible.
 
     Hydra saves the config unresolved (``${paths.data_dir}/hotpotqa``); ``${hydra:runtime.*}``
-    comes from the run's ``.hydra/hydra.yaml``, and a value that still cannot be resolved
+    comes from the run's ``.hydra/hydra.yaml`` (committed runs have none: the working directory is
+    ``.``, the project root they are read from), and a value that still cannot be resolved
     (an unset env variable) stays as written instead of failing the whole table.
     """
-    from omegaconf import OmegaConf
 
     cfile = Path(run_dir) / ".hydra" / "config.yaml"
     if not cfile.is_file():
         return {}
     text = cfile.read_text(encoding="utf-8")
     runtime = _hydra_runtime(Path(run_dir))
-    subs = {"cwd": runtime.get("cwd") or str(Path.cwd()), "output_dir": runtime.get("output_dir") or str(Path(run_dir))}
+    subs = {"cwd": runtime.get("cwd") or ".", "output_dir": runtime.get("output_dir") or str(Path(run_dir))}
     for key, value in subs.items():
         text = text.replace("${hydra:runtime." + key + "}", str(value))
     try:
@@ -226,12 +231,16 @@ def load_run(path: str | Path, study: str | None = None) -> Run:
     if not isinstance(metrics, dict):
         raise ValueError(f"{mfile}: expected a JSON object of numbers, got {type(metrics).__name__}")
     metrics = {key: _metric_value(mfile, key, v) for key, v in metrics.items()}
-    ofile = path / ".hydra" / "overrides.yaml"
     config = load_config(path)
-    overrides = _read_yaml(ofile) if ofile.is_file() else []
-    axes = read_run_axes(path)
-    if axes is None:  # written before run.json: the same axes from the saved config
-        axes = run_axes(config, _hydra_runtime(path).get("choices") or {})
+    recorded = read_run_axes(path) or {}
+    overrides = recorded.get("overrides")
+    if overrides is None:
+        ofile = path / ".hydra" / "overrides.yaml"
+        overrides = _read_yaml(ofile) if ofile.is_file() else []
+    axes = recorded
+    if "mode" not in recorded:  # written before run.json, or a training run: the axes from the saved config
+        choices = recorded.get("choices") or _hydra_runtime(path).get("choices") or {}
+        axes = {**run_axes(config, choices), **recorded}
     name = study or axes.get("study") or None
     if not name and (path.parent / "multirun.yaml").is_file():
         name = path.parent.name
@@ -242,11 +251,13 @@ def find_runs(paths: Iterable[str | Path], study: str | None = None) -> list[Run
     """Runs under ``paths``: each a run folder, or any folder above run folders (multirun, outputs/).
 
     A folder is a run when it holds ``metrics.json``; folders are walked in sorted order and
-    each run is read once.
+    each run is read once. A study archive behind a path (``experiments/runs/<study>.zip``) is unpacked first.
     """
     runs: list[Run] = []
     seen: set[Path] = set()
-    for p in map(Path, paths):
+    paths = [Path(p) for p in paths]
+    ensure_unpacked(paths)
+    for p in paths:
         if not p.exists():
             raise FileNotFoundError(f"{p}: no such run folder")
         found = [p] if (p / "metrics.json").is_file() else sorted(m.parent for m in p.rglob("metrics.json"))

@@ -11,7 +11,10 @@ else the multirun folder's name); each study gets
 
 A setting (k, B, R, refiner, scorer, ...) that varies *within* a method becomes a
 column; one shared by all runs goes into the setting line; one that only follows the
-method (vanilla is R = 1) is left to the method's config.
+method (vanilla is R = 1) is left to the method's config. The study and the variant (the
+``variant`` group's option: full, w/o projection, w/o iteration, f0 ...) name every row: a column
+wherever the rows differ in them, else the setting line. A table whose runs lost questions has a
+``failed`` column.
 """
 
 from __future__ import annotations
@@ -39,7 +42,10 @@ class Setting:
     modes: tuple[str, ...] = ("qa",)  # run modes the knob matters for
 
 
+ALL_MODES = ("qa", "probe", "evidence", "retrieval")
 SETTINGS: tuple[Setting, ...] = (
+    Setting("study", describe="study", modes=ALL_MODES),
+    Setting("variant", describe="variant", modes=ALL_MODES),
     Setting("refine", describe="refiner", modes=("qa", "evidence")),
     Setting("m", describe="flat top-m", modes=("qa", "evidence")),
     Setting("descend_margin", describe="descend margin δ", modes=("qa", "probe", "evidence")),
@@ -61,13 +67,29 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 
+# Settings that name a row whenever rows differ in them, even where they follow the method.
+ROW_NAMES = ("study", "variant")
+
+
+def variant_label(option: str) -> str:
+    """A ``variant`` option as tables name it: ``no_projection`` -> ``w/o projection``, others as they are."""
+    return "w/o " + option.removeprefix("no_").replace("_", " ") if option.startswith("no_") else option
+
+
+def axis_value(run: Run, name: str) -> str:
+    """A run's value of one setting as a table cell (``""`` for unset)."""
+    value = label_value(run.setting(name))
+    return variant_label(value) if name == "variant" else value
+
+
 # --- grouping -------------------------------------------------------------------------------------
 
 
 def split_settings(runs: Sequence[Run]) -> tuple[list[str], dict[str, str]]:
     """(axes, fixed) of a set of runs.
 
-    axes: settings that take more than one value within one method (become columns);
+    axes: settings that take more than one value within one method (become columns), and the row
+        names (study, variant) wherever the runs differ in them;
     fixed: setting -> value for settings that every run shares.
     """
     axes: list[str] = []
@@ -76,8 +98,11 @@ def split_settings(runs: Sequence[Run]) -> tuple[list[str], dict[str, str]]:
     for s in SETTINGS:
         if not modes & set(s.modes):
             continue
-        vals = [label_value(r.setting(s.name)) for r in runs]
+        vals = [axis_value(r, s.name) for r in runs]
         if not any(vals):
+            continue
+        if s.name in ROW_NAMES and len(set(vals)) > 1:
+            axes.append(s.name)
             continue
         if s.name in ("scorer", "adapter"):
             # blank = whole items (scorer) or f0 (adapter); one value -> setting line, several -> a column:
@@ -114,10 +139,6 @@ def setting_line(runs: Sequence[Run], fixed: Mapping[str, str] | None = None) ->
     if n and n != [0] and [str(x) for x in n] != [fixed.get("limit")]:
         parts.append("questions per run = " + (str(n[0]) if len(n) == 1 else f"{n[0]}-{n[-1]}"))
     return "**Fixed setting:** " + ("; ".join(parts) if parts else "(none recorded)") + "."
-
-
-def system_key(run: Run, axes: Sequence[str]) -> tuple[str, ...]:
-    return (run.method, *(label_value(run.setting(a)) for a in axes))
 
 
 # --- rows -----------------------------------------------------------------------------------------
@@ -181,7 +202,7 @@ def display_path(path: Path) -> str:
 
 
 def _run_row(run: Run, axes: Sequence[str], metrics: Sequence[tuple[str, str]]) -> dict[str, Any]:
-    row: dict[str, Any] = {"method": run.method, **{a: label_value(run.setting(a)) for a in axes}}
+    row: dict[str, Any] = {"method": run.method, **{a: axis_value(run, a) for a in axes}}
     row["benchmark"] = run.benchmark
     for name, key in metrics:
         row[name] = metric_cell(run, key)
@@ -255,10 +276,14 @@ def _sort_key(row: Mapping[str, Any], axes: Sequence[str]) -> tuple:
         except (TypeError, ValueError):
             return (1, 0.0, str(v))
 
+    def value(axis: str) -> tuple:
+        v = row.get(axis)
+        return (v != "full", *num(v)) if axis == "variant" else num(v)  # the reference variant first
+
     m = row["method"]
     base = m.split(" (", 1)[0]  # "universalrag (modality routing only)" sorts as universalrag
     order = METHOD_ORDER.index(base) if base in METHOD_ORDER else len(METHOD_ORDER)
-    return (order, m, *(num(row.get(a)) for a in axes), row["benchmark"] == "average", row["benchmark"])
+    return (order, m, *(value(a) for a in axes), row["benchmark"] == "average", row["benchmark"])
 
 
 def wide_rows(rows: Sequence[Mapping[str, Any]], axes: Sequence[str]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -334,6 +359,11 @@ def md_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _count(v: Any) -> float:
+    """A count cell as a number: 0 where the run has none (absent, or not a number in its metrics.json)."""
+    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else 0.0
+
+
 def _present(rows: Sequence[Mapping[str, Any]], name: str) -> bool:
     return any(r.get(name) is not None for r in rows)
 
@@ -350,8 +380,18 @@ def render_qa_wide(rows: Sequence[Mapping[str, Any]], axes: Sequence[str]) -> st
         for tag in ("avg", *(benches if len(benches) == 1 else ())):
             if _present(wide, f"{tag}/{name}"):
                 cols.append((f"{tag}/{name}", f"{tag if tag != 'avg' else 'Avg'} {TITLES[name]}"))
-    header = ["method", *axes, *(t for _, t in cols)]
-    body = [[w["method"], *(w[a] for a in axes), *(fmt(k, w.get(k)) for k, _ in cols)] for w in wide]
+    def system(row: Mapping[str, Any]) -> tuple[str, ...]:
+        return (row["method"], *(row[a] for a in axes))
+
+    # failed questions of each system over its benchmarks: a column only where some run lost questions
+    failed: dict[tuple[str, ...], float] = {}
+    for r in rows:
+        if r["benchmark"] != "average":
+            failed[system(r)] = failed.get(system(r), 0.0) + _count(r.get("failed"))
+    lost = ["failed"] if any(failed.values()) else []
+    header = ["method", *axes, *lost, *(t for _, t in cols)]
+    body = [[w["method"], *(w[a] for a in axes), *(fmt(k, failed.get(system(w))) for k in lost),
+             *(fmt(k, w.get(k)) for k, _ in cols)] for w in wide]  # fmt: skip
     return md_table(header, body)
 
 
@@ -398,7 +438,7 @@ def evidence_rows(runs: Sequence[Run], axes: Sequence[str] | None = None) -> lis
     axes = [a for a in axes if a not in ("refine", "scorer")]
     rows = []
     for r in runs:
-        row: dict[str, Any] = {"method": evidence_label(r), **{a: label_value(r.setting(a)) for a in axes}}
+        row: dict[str, Any] = {"method": evidence_label(r), **{a: axis_value(r, a) for a in axes}}
         row["benchmark"] = r.benchmark
         for name, key in EVIDENCE_METRICS:
             row[name] = metric_cell(r, key)
@@ -413,11 +453,13 @@ def render_evidence(rows: Sequence[Mapping[str, Any]], axes: Sequence[str]) -> s
     axes = [a for a in axes if a not in ("refine", "scorer")]
     content = _present(rows, "answer_recall_content")  # runs recorded before it have no such column
     cut = any((r.get("truncated_questions") or 0) > 0 for r in rows)
-    header = ["benchmark", "method", *axes, "n", "answer recall", "95% CI",
+    lost = ["failed"] if any(_count(r.get("failed")) for r in rows) else []
+    header = ["benchmark", "method", *axes, "n", *lost, "answer recall", "95% CI",
               *(["answer recall w/o titles/headers", "95% CI"] if content else []), "gold recall", "item recall",
               "tokens", "tokens 95% CI", "kept ratio", *(["cap cut %"] if cut else [])]  # fmt: skip
     body = [
-        [r["benchmark"], r["method"], *(r[a] for a in axes), fmt("n", r.get("n")), fmt("answer_recall", r.get("answer_recall")),
+        [r["benchmark"], r["method"], *(r[a] for a in axes), fmt("n", r.get("n")), *(fmt(k, r.get(k)) for k in lost),
+         fmt("answer_recall", r.get("answer_recall")),
          _ci(r, "answer_recall"),
          *([fmt("answer_recall_content", r.get("answer_recall_content")), _ci(r, "answer_recall_content")] if content else []),
          fmt("gold_recall", r.get("gold_recall")), fmt("item_recall", r.get("item_recall")),

@@ -8,9 +8,9 @@ Two entry points:
 
 - ``log_report(runs, images, ...)``: a study report (one W&B run) from run folders,
   used by ``python -m canopy_lit.report wandb RUN... --project P`` and ``experiments/refresh.py``;
-- ``log_eval_run(run_dir, logger_cfg)``: one evaluation run folder, for ``evaluate`` when a
-  wandb logger is configured (``logger.wandb`` in the Hydra config, Lightning's
-  ``WandbLogger`` keys: project, name, group, tags, save_dir, offline, entity).
+- ``log_eval_run(run_dir, logger_cfg)``: one evaluation run folder, for ``evaluate.py logger=wandb``
+  (``canopy_lit.tracking.log_evaluation``) with the ``logger.wandb`` block's Lightning ``WandbLogger``
+  keys (project, name, group, tags, save_dir, offline, entity): the run is named as training runs are.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from canopy_lit.report.plots import make_all
-from canopy_lit.report.runs import Run, group_studies, load_run
+from canopy_lit.report.runs import Run, group_studies, load_run, read_jsonl
 from canopy_lit.report.tables import study_rows
 
 
@@ -51,7 +51,7 @@ def wandb_kwargs(logger_cfg: Mapping[str, Any] | None) -> dict[str, Any] | None:
         return None
     out: dict[str, Any] = {}
     for key in ("project", "name", "group", "tags", "entity", "job_type", "notes"):
-        if cfg.get(key) is not None:
+        if cfg.get(key) not in (None, ""):  # logger/wandb.yaml's `group: ""` = no group
             out[key] = list(cfg[key]) if key == "tags" else cfg[key]
     if cfg.get("save_dir") or cfg.get("dir"):
         out["dir"] = str(cfg.get("save_dir") or cfg.get("dir"))
@@ -116,8 +116,10 @@ def log_report(
 def log_eval_run(run_dir: str | Path, logger_cfg: Mapping[str, Any] | None, config: Mapping[str, Any] | None = None) -> str | None:
     """Log one evaluation run folder when a wandb logger is configured; None (nothing done) otherwise.
 
-    Logs ``metrics.json`` (summary + one step), the per-question records as a W&B table
-    (id, question, prediction, gold, status, scores, tokens, rounds, LLM calls) and the run's plots.
+    Logs ``metrics.json`` (summary + one step), the run's row of the study tables (``tables/<kind>``, as
+    ``log_report`` and ``report tables`` build them), the per-question records as W&B tables
+    (``predictions``: id, question, prediction, gold, status, scores, tokens, rounds, LLM calls;
+    ``probe_questions`` for a probe run) and the run's plots.
     """
     kwargs = wandb_kwargs(logger_cfg)
     if kwargs is None:
@@ -126,7 +128,8 @@ def log_eval_run(run_dir: str | Path, logger_cfg: Mapping[str, Any] | None, conf
     rd = Path(run_dir)
     r = load_run(rd)
     kwargs.setdefault("name", rd.name)
-    run = wandb.init(config=dict(config or r.config), job_type="evaluate", **kwargs)
+    kwargs.setdefault("job_type", "evaluate")
+    run = wandb.init(config=dict(config or r.config), **kwargs)
     try:
         clean = {k: v for k, v in r.metrics.items() if not math.isnan(v)}
         for k, v in clean.items():
@@ -149,6 +152,11 @@ def log_eval_run(run_dir: str | Path, logger_cfg: Mapping[str, Any] | None, conf
         ]
         if rows:
             payload["predictions"] = _table(wandb, rows)
+        for kind, table_rows in study_rows([r]).items():
+            payload[f"tables/{kind}"] = _table(wandb, table_rows)
+        probe_rows = read_jsonl(rd / "probe_questions.jsonl")
+        if probe_rows:
+            payload["probe_questions"] = _table(wandb, probe_rows)
         for key, path in make_all([r], rd / "plots").items():
             payload[f"plots/{key}"] = wandb.Image(str(path))
         run.log(payload)

@@ -19,7 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from canopy_lit.retrieval.retriever import BatchRetriever, build_retriever, builder_options
+from canopy_lit.data import load_benchmark, split_questions
+from canopy_lit.encoders import load_encoder
+from canopy_lit.retrieval.retriever import BatchRetriever, build_retriever
 from canopy_lit.types import Modality, Question
 
 log = logging.getLogger(__name__)
@@ -64,7 +66,6 @@ def recall_at(
 
 
 def evaluate_retrieval(
-    cfg: Any = None,
     *,
     encoder: Any = None,
     benchmarks: Sequence[str] | None = None,
@@ -80,56 +81,26 @@ def evaluate_retrieval(
 ) -> dict[str, float]:
     """Recall@k per benchmark over the union corpus; returns (and optionally writes) flat metrics.
 
-    Called either with a Hydra config (``cfg.retrieval`` = the retrieval group, ``cfg.encoder`` =
-    the encoder group or absent for MiniLM f0, optional ``cfg.retrieval_eval`` {benchmarks, ks, split}
-    and ``cfg.limit``; ``retrieval.routing=true`` builds an LLM router from ``cfg.llm``) or with
-    explicit keyword arguments. Keys: ``retrieval/<benchmark>/recall@k``, ``.../recall_all@k``,
-    ``.../questions``, plus ``retrieval/corpus_size``, ``retrieval/build_seconds``,
-    ``retrieval/query_ms``.
+    ``mode: retrieval`` gets these arguments from its config (``pipeline.build.build_retrieval_eval``).
+    Keys: ``retrieval/<benchmark>/recall@k``, ``.../recall_all@k``, ``.../questions``, plus
+    ``retrieval/corpus_size``, ``retrieval/build_seconds``, ``retrieval/query_ms``.
+
+    Args:
+        encoder: the f0 encoder of a dense index (default: MiniLM); BM25 reads none.
+        benchmarks: whose questions are asked (default: ``corpus_benchmarks``).
+        corpus_benchmarks: whose items form the corpus (default: the four bundled benchmarks).
+        split, limit, ks: the questions (split, then the first ``limit``) and the cut-offs.
+        cache_dir: the index cache (``builder``'s).
+        out_dir: merges the metrics into ``out_dir/metrics.json`` (None: writes nothing).
+        retriever: an index already built (``builder`` is then not called).
+        builder: ``builder(encoder, corpus_benchmarks, cache_dir=..., **retriever_options)`` builds the index
+            (``build_retriever``, ``build_bm25_retriever``, ``build_hybrid_retriever``).
+        **retriever_options: the builder's knobs; ``benchmark_options`` also reads the questions.
     """
-    if cfg is not None:
-        from hydra.utils import get_method
-        from omegaconf import OmegaConf
-
-        rc = OmegaConf.to_container(cfg.retrieval, resolve=True)
-        assert isinstance(rc, dict)
-        builder = get_method(rc["_target_"]) if rc.get("_target_") else build_retriever
-        rc = builder_options(builder, rc)
-        corpus_benchmarks = corpus_benchmarks or rc.pop("benchmarks", None)
-        cache_dir = rc.pop("cache_dir", cache_dir)
-        ev = cfg.get("retrieval_eval") or {}
-        benchmarks = benchmarks or ev.get("benchmarks")
-        ks = tuple(ev.get("ks") or ks)
-        split = ev.get("split") or cfg.get("split") or split
-        limit = cfg.get("limit", limit)
-        if out_dir is None and cfg.get("paths") is not None:
-            try:
-                out_dir = cfg.paths.output_dir
-            except Exception:  # no Hydra runtime (called from a script): write nothing
-                out_dir = None
-        retriever_options = {**rc, **retriever_options}
-        if retriever_options.get("routing") and retriever_options.get("router") is None and cfg.get("llm") is not None:
-            from hydra.utils import instantiate
-
-            from canopy_lit.retrieval.router import LLMModalityRouter
-
-            retriever_options["router"] = LLMModalityRouter(instantiate(cfg.llm))
-        if encoder is None and cfg.get("encoder") is not None and getattr(builder, "needs_encoder", True):
-            from canopy_lit.encoders import load_encoder
-
-            enc = OmegaConf.to_container(cfg.encoder, resolve=True)
-            assert isinstance(enc, dict)
-            enc.pop("_target_", None)
-            enc.pop("adapter", None)  # retrieval uses f0 on both sides: the adapter never matters here
-            encoder = load_encoder(**enc)
-    from canopy_lit.data import load_benchmark, split_questions
-
     corpus_benchmarks = list(corpus_benchmarks or ("nq", "hotpotqa", "ottqa", "tatqa"))
     benchmarks = list(benchmarks or corpus_benchmarks)
     needs_encoder = getattr(builder, "needs_encoder", True)  # BM25 reads no embeddings
     if encoder is None and retriever is None and needs_encoder:
-        from canopy_lit.encoders import load_encoder
-
         encoder = load_encoder("minilm")
     t0 = time.perf_counter()
     if retriever is None:

@@ -8,30 +8,32 @@ and cosine scales never need calibrating against each other.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from canopy_lit.retrieval.base import Retrieval, SingleQueryMixin, record_batch
 from canopy_lit.retrieval.bm25 import build_bm25_retriever
 from canopy_lit.retrieval.retriever import build_retriever
 
+Id = TypeVar("Id", bound=Hashable)
+
 
 def reciprocal_rank_fusion(
-    rankings: Sequence[Sequence[str]], weights: Sequence[float] | None = None, rrf_k: int = 60
-) -> list[tuple[str, float]]:
+    rankings: Sequence[Sequence[Id]], weights: Sequence[float] | None = None, rrf_k: float = 60
+) -> list[tuple[Id, float]]:
     """Fuse ranked id lists (best first) into one ranking of (id, fused score), best first.
 
-    Ties keep the order of first appearance (the first ranking's order first), so the result is
-    deterministic.
+    The one RRF of the project: item ids here, clip indices in CARVE's fixed-fusion baseline. Ties keep
+    the order of first appearance (the first ranking's order first), so the result is deterministic.
     """
     weights = [1.0] * len(rankings) if weights is None else list(weights)
     if len(weights) != len(rankings):
         raise ValueError(f"{len(weights)} weights for {len(rankings)} rankings")
     if rrf_k < 0:
         raise ValueError(f"rrf_k must be >= 0, got {rrf_k}")
-    fused: dict[str, float] = {}
+    fused: dict[Id, float] = {}
     for ranking, w in zip(rankings, weights, strict=True):
         for rank, item_id in enumerate(ranking, 1):
             fused[item_id] = fused.get(item_id, 0.0) + w / (rrf_k + rank)

@@ -17,7 +17,8 @@ def pairs_hold(
     ``>=`` (refinement keeps a child that ties), every other preference a strict ``>``.
 
     Args:
-        winner_scores, loser_scores: (N, P) s(q, a), s(q, b).
+        winner_scores: (N, P) s(q, a).
+        loser_scores: (N, P) s(q, b).
         mask: (N, P) bool, real pairs.
         tie_ok: (N, P) bool, the winner is a child of the loser.
     """

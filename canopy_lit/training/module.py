@@ -12,21 +12,10 @@ import torch
 from torch import nn
 
 from canopy_lit.encoders.base import NodeEncoder
-from canopy_lit.training.losses import pairwise_ranking_loss
+from canopy_lit.supervision import PairKind
+from canopy_lit.training.batch import PreferenceBatch
+from canopy_lit.training.losses import pair_costs, pairwise_ranking_loss
 from canopy_lit.training.metrics import DecisionAccuracy
-
-
-def sibling_pairs(batch: dict[str, Any]) -> torch.Tensor:
-    """(N, P) bool: the pairs of P(v) between two children of v, i.e. the g ≻ n pairs.
-
-    Read off the batch layout: a partly gold v is the loser of its g ≻ v pairs (``tie_ok``), and its
-    P(v) pairs that touch v are g ≻ v and v ≻ n, so the rest are g ≻ n. A fully gold v (all pairs
-    v ≻ child) has none; hard-negative pairs (``pair_in_tree`` False) are never sibling pairs.
-    """
-    real = batch["mask"] & batch.get("pair_in_tree", batch["mask"])
-    gv = batch["tie_ok"] & real
-    v_row = torch.where(gv, batch["loser"], -1).amax(dim=1, keepdim=True)  # (N, 1); -1 where v is fully gold
-    return real & (v_row >= 0) & (batch["winner"] != v_row) & (batch["loser"] != v_row)
 
 
 class NodeEncoderModule(L.LightningModule):
@@ -34,11 +23,17 @@ class NodeEncoderModule(L.LightningModule):
 
     Args:
         encoder: a :class:`NodeEncoder` (a fresh adapter is added unless it already has one).
-        lr, weight_decay, betas: AdamW settings (paper: lr 5e-5).
+        lr: AdamW learning rate (paper: 5e-5).
+        weight_decay: AdamW weight decay.
+        betas: AdamW betas.
         warmup_ratio: share of steps with linear warm-up.
-        schedule, min_lr_ratio: after warm-up the rate stays flat (``constant``) or decays
-            (``linear`` / ``cosine``) to ``min_lr_ratio * lr`` at the last step.
-        lora_r, lora_alpha, lora_dropout, lora_target_modules: the adapter (paper: 8 / 16 / 0.05).
+        schedule: after warm-up the rate stays flat (``constant``) or decays (``linear`` / ``cosine``)
+            to ``min_lr_ratio * lr`` at the last step.
+        min_lr_ratio: the decayed rate at the last step, as a share of ``lr``.
+        lora_r: adapter rank (paper: 8).
+        lora_alpha: adapter alpha (paper: 16).
+        lora_dropout: adapter dropout (paper: 0.05).
+        lora_target_modules: modules that get LoRA (None = the backbone's default).
         lora_layers: transformer layers that get LoRA (None = all; top layers only = shorter backprop).
         scale: λ of the pairwise loss (paper: 20).
         margin: m of the pairwise loss, the lead each winner must keep (paper: 0).
@@ -157,12 +152,12 @@ class NodeEncoderModule(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     # ----------------------------------------------------------------- scoring
-    def query_embeddings(self, batch: dict[str, Any]) -> torch.Tensor:
+    def query_embeddings(self, batch: PreferenceBatch) -> torch.Tensor:
         """(Q, D) f0 embeddings of the batch's questions (eval mode, no grad, cached by text)."""
-        texts = batch["query_texts"]
+        texts = batch.query_texts
         missing = [i for i, t in enumerate(texts) if t not in self._query_cache]
         if missing:
-            tokens = {k: v[missing] for k, v in batch["query_tokens"].items()}
+            tokens = {k: v[missing] for k, v in _tokens(batch.query_tokens, "query_tokens").items()}
             # Restore each submodule's own mode: model.train(True) would re-enable the backbone dropout
             # that on_train_batch_start turned off (backbone_dropout=false) on every cache-miss step.
             modes = [(m, m.training) for m in self.encoder.model.modules()]
@@ -177,23 +172,26 @@ class NodeEncoderModule(L.LightningModule):
                 self._query_cache[texts[i]] = e.detach()
         return torch.stack([self._query_cache[t] for t in texts]).to(self.device)
 
-    def node_embeddings(self, batch: dict[str, Any], f0: bool = False, cache: dict[Any, torch.Tensor] | None = None) -> torch.Tensor:
+    def node_embeddings(
+        self, batch: PreferenceBatch, f0: bool = False, cache: dict[Any, torch.Tensor] | None = None
+    ) -> torch.Tensor:
         """(U, D) embeddings of the batch's distinct node inputs (fθ, or f0 when ``f0``).
 
         ``cache`` (eval only: weights are fixed within an eval epoch) maps a node's key -> embedding,
         so a node that is v in one instance and a child in another is encoded once per epoch. Keys are
-        the collate's ``node_keys`` (text and frames) when a node has frames, since visual nodes may
+        the batch's ``cache_keys`` (text and frames) when a node has frames, since visual nodes may
         share a text (untitled video clips all render as ``[00:00-00:30]`` ...), else the texts.
         """
-        keys = batch.get("node_keys") or batch["node_texts"]
+        keys = batch.cache_keys
+        node_tokens = _tokens(batch.node_tokens, "node_tokens")
         chunk = self.hparams.chunk_size
         ctx = self.encoder.adapter_disabled() if f0 else contextlib.nullcontext()
         if cache is None:
             with ctx:
-                return self.encoder.embed_sorted(batch["node_tokens"], chunk).float()
+                return self.encoder.embed_sorted(node_tokens, chunk).float()
         missing = [i for i, k in enumerate(keys) if k not in cache]
         if missing:
-            tokens = batch["node_tokens"]
+            tokens = node_tokens
             if len(missing) < len(keys):
                 tokens = self.encoder.select_inputs(tokens, missing)
             with ctx:
@@ -203,14 +201,14 @@ class NodeEncoderModule(L.LightningModule):
         return torch.stack([cache[k] for k in keys])
 
     def pair_scores(
-        self, batch: dict[str, Any], f0: bool = False, cache: dict[Any, torch.Tensor] | None = None
+        self, batch: PreferenceBatch, f0: bool = False, cache: dict[Any, torch.Tensor] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(N, P) winner and loser scores s(q, v) = cos(f0(q), fθ(v)) (f0 for nodes too when ``f0``)."""
-        q = self.query_embeddings(batch)[batch["query_index"]]  # (N, D)
+        q = self.query_embeddings(batch)[batch.query_index]  # (N, D)
         nodes = self.node_embeddings(batch, f0, cache)  # (U, D)
         s = nodes @ q.T  # (U, N): each distinct node scored against every instance's question
         cols = torch.arange(q.shape[0], device=s.device).unsqueeze(1)
-        return s[batch["winner"], cols], s[batch["loser"], cols]
+        return s[batch.winner, cols], s[batch.loser, cols]
 
     # ----------------------------------------------------------------- steps
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
@@ -222,30 +220,29 @@ class NodeEncoderModule(L.LightningModule):
                 if isinstance(m, nn.Dropout) and "lora_dropout" not in name:
                     m.eval()
 
-    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+    def training_step(self, batch: PreferenceBatch, batch_idx: int) -> torch.Tensor:
         win, lose = self.pair_scores(batch)
         weight = None
-        if self.hparams.stop_weight != 1.0 and "stop" in batch:
-            weight = 1.0 + (self.hparams.stop_weight - 1.0) * batch["stop"].to(win.dtype)
+        if self.hparams.stop_weight != 1.0:
+            weight = 1.0 + (self.hparams.stop_weight - 1.0) * batch.stop.to(win.dtype)
         pair_weight = None
         child, sib = self.hparams.gold_child_weight, self.hparams.gold_sibling_weight
         if child != 1.0 or sib != 1.0:
-            # tie_ok marks child ≻ parent pairs (in P(v): exactly the g ≻ v pairs), sibling the g ≻ n pairs.
-            pair_weight = 1.0 + (child - 1.0) * batch["tie_ok"].to(win.dtype)
-            pair_weight = pair_weight + (sib - 1.0) * sibling_pairs(batch).to(win.dtype)
+            costs = {PairKind.CHILD_OVER_PARENT: child, PairKind.GOLD_OVER_SIBLING: sib}
+            pair_weight = pair_costs(batch.pair_kind, costs, win.dtype)
         # mask: P(v)'s pairs and any hard-negative pairs alike, one ranking loss per instance.
         loss = pairwise_ranking_loss(
-            win, lose, batch["mask"], self.hparams.scale, margin=self.hparams.margin, weight=weight,
+            win, lose, batch.mask, self.hparams.scale, margin=self.hparams.margin, weight=weight,
             pair_weight=pair_weight,
         )
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["query_index"]))
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch))
         return loss
 
-    def _update(self, metric: DecisionAccuracy, batch: dict[str, Any], f0: bool) -> None:
+    def _update(self, metric: DecisionAccuracy, batch: PreferenceBatch, f0: bool) -> None:
         win, lose = self.pair_scores(batch, f0=f0, cache=self._eval_cache.setdefault("f0" if f0 else "ft", {}))
+        # in_tree: hard-negative pairs train the encoder but are no refinement decision.
         metric.update(
-            win, lose, batch["mask"], batch["tie_ok"], batch["benchmark"], batch["depth"], batch.get("stop"),
-            batch.get("pair_in_tree"),  # present only with hard negatives: those pairs are no decision
+            win, lose, batch.mask, batch.tie_ok, batch.benchmark, batch.depth, batch.stop, batch.in_tree
         )
 
     def on_validation_epoch_start(self) -> None:
@@ -254,7 +251,7 @@ class NodeEncoderModule(L.LightningModule):
     def on_test_epoch_start(self) -> None:
         self._eval_cache = {}
 
-    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+    def validation_step(self, batch: PreferenceBatch, batch_idx: int) -> None:
         self._update(self.val_acc, batch, f0=False)
         if not self.f0_results and not self.trainer.sanity_checking:
             self._update(self.val_acc_f0, batch, f0=True)
@@ -277,7 +274,7 @@ class NodeEncoderModule(L.LightningModule):
         self.log("val/decision_accuracy", main, prog_bar=True, sync_dist=True)
         self.log_dict({**res, **self.f0_results}, sync_dist=True)
 
-    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+    def test_step(self, batch: PreferenceBatch, batch_idx: int) -> None:
         self._update(self.test_acc, batch, f0=False)
         self._update(self.test_acc_f0, batch, f0=True)
 
@@ -301,3 +298,9 @@ class NodeEncoderModule(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.f0_results = dict(checkpoint.get("f0_results") or {})
+
+
+def _tokens(tokens: dict[str, torch.Tensor] | None, name: str) -> dict[str, torch.Tensor]:
+    if tokens is None:
+        raise ValueError(f"the batch has no {name}: call datamodule.set_tokenizer(encoder.tokenize)")
+    return tokens

@@ -13,6 +13,7 @@ runs, is described once.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import logging
 import os
@@ -46,7 +47,6 @@ class VisualDependencyError(ImportError):
 
 
 def _need(module: str, package: str):
-    import importlib
 
     try:
         return importlib.import_module(module)

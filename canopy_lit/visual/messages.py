@@ -15,6 +15,7 @@ import io
 from collections.abc import Sequence
 from typing import Any, Literal
 
+import numpy as np
 from PIL import Image
 
 from canopy_lit.hierarchy.base import Frame, merged_ranges
@@ -107,17 +108,6 @@ def user_message(question: str, parts: Sequence[ContentPart], instruction: str =
     return {"role": "user", "content": content}
 
 
-def count_image_parts(messages: Sequence[dict[str, Any]]) -> int:
-    """Number of image parts across chat messages (for accounting)."""
-    return sum(
-        1
-        for m in messages
-        if isinstance(m.get("content"), list)
-        for p in m["content"]
-        if p.get("type") == "image_url"
-    )
-
-
 def vllm_inputs(prompt: str, frames: Sequence[Frame], as_video: bool = False) -> dict[str, Any]:
     """vLLM offline input: ``{"prompt": ..., "multi_modal_data": {"image": [PIL...]}}``.
 
@@ -127,7 +117,6 @@ def vllm_inputs(prompt: str, frames: Sequence[Frame], as_video: bool = False) ->
     images = load_frames(frames)
     if not as_video:
         return {"prompt": prompt, "multi_modal_data": {"image": images}}
-    import numpy as np
 
     size = images[0].size
     video = np.stack([np.asarray(im.resize(size) if im.size != size else im) for im in images])

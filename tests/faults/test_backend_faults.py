@@ -165,7 +165,7 @@ def scripted() -> Iterator[Scripted]:
 
 
 def test_credentials_in_the_base_url_are_redacted_everywhere(tmp_path: Path, monkeypatch) -> None:
-    """Item 6: ``user:password@`` in ``llm.base_url`` is sent as a Basic header, which the server echoes."""
+    """``user:password@`` in ``llm.base_url`` is sent as a Basic header, which the server echoes."""
 
     def echo(path: str, body: bytes, headers) -> tuple[int, bytes]:
         auth = headers.get("Authorization", "")
@@ -216,7 +216,7 @@ def test_redact_hides_url_userinfo_and_authorization_headers() -> None:
 
 
 def test_a_200_that_is_not_json_is_a_backend_failure_naming_backend_and_url(tmp_path: Path, scripted) -> None:
-    """Item 10: a proxy's HTML page with status 200 counts toward ``max_consecutive_failures``."""
+    """A proxy's HTML page with status 200 counts toward ``max_consecutive_failures``."""
     scripted.replies.append((200, b"<html><body>Gateway says hello</body></html>"))
     run_dir = tmp_path / "run"
     out = closed_book(run_dir, f"{scripted.root}/v1", "limit=4", "max_consecutive_failures=2")
@@ -231,7 +231,7 @@ def test_a_200_that_is_not_json_is_a_backend_failure_naming_backend_and_url(tmp_
 def test_prompts_too_long_fail_their_questions_without_stopping_a_healthy_backend(
     tmp_path: Path, scripted
 ) -> None:
-    """Item 10: a context overflow is the caller's error; the questions after it still run."""
+    """A context overflow is the caller's error; the questions after it still run."""
     too_long = {"error": {"message": "This model's maximum context length is 2048 tokens. However, you "
                                      "requested 9000 tokens (8990 in the messages, 10 in the completion).",
                           "type": "BadRequestError", "code": 400}}  # fmt: skip

@@ -1,4 +1,4 @@
-"""Issue 34 item 5 and issue 33 item 7: every key of every config group is typed and range-checked before any work.
+"""Every key of every config group is typed and range-checked before any work.
 
 Each case goes through the real entry point (``evaluate.py`` / ``train.py`` run by ``run_script``: the same
 Hydra composition, validation and exit path as a shell run): exit 2, exactly one line naming the key (with a
@@ -56,7 +56,7 @@ EVAL_MORE = [
     (["data=ottqa", "+data.options.bridge_row=true"],
      "unknown config key data.options.bridge_row (did you mean data.options.bridge_rows?)"),
     (["data=ottqa", "data.options.bridge_rows=sometimes"], "data.options.bridge_rows must be true or false, got 'sometimes'"),
-    (["data.name=hotpot"], "data.name must be one of 2wikimultihopqa, hf, hotpotqa,"),
+    (["data.name=hotpot"], "data.name must be one of 2wikimultihopqa, custom, hf, hotpotqa,"),
     (["llm=openai", "llm.timeout=soon"], "llm.timeout must be a number > 0, got 'soon'"),
     (["llm.seed=first"], "llm.seed must be an integer, got 'first'"),
     (["encoder.device=5"], "encoder.device must be a string or a device config, got 5"),
@@ -125,7 +125,7 @@ def test_train_validator_types_every_kind_of_group(hydra_ctx, overrides: list[st
 
 
 def test_a_method_that_never_retrieves_refuses_a_retrieval_round(tmp_path: Path) -> None:
-    """Issue 33 item 7: ``method=no_retrieval loop.max_rounds=1`` retrieved and was labelled no_retrieval."""
+    """``method=no_retrieval loop.max_rounds=1`` retrieved and was labelled no_retrieval."""
     out = run_script("evaluate.py", tmp_path, *EVAL_QUICK, "method=no_retrieval", "loop.max_rounds=1")
     assert _one_line(out, "evaluate.py: error: ") == (
         "loop.max_rounds must be 0 for method=no_retrieval, got 1 "

@@ -107,7 +107,7 @@ def test_every_preset_passes_validation(hydra_ctx) -> None:
 
 @pytest.mark.parametrize("llm", ["openai", "vllm"])
 def test_server_backends_compose_with_the_quickstart_preset(hydra_ctx, llm: str) -> None:
-    """Item 8: ``llm.n_ctx`` (a llama.cpp knob) no longer leaks from experiment=quickstart_eval."""
+    """``llm.n_ctx`` (a llama.cpp knob) does not leak from experiment=quickstart_eval."""
     for overrides in (
         [f"llm={llm}", "experiment=quickstart_eval"],
         ["experiment=quickstart_eval", f"llm={llm}"],

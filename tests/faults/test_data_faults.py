@@ -147,7 +147,7 @@ DATA = Path(__file__).resolve().parents[2] / "data"
 
 
 def test_questions_without_a_gold_answer_are_skipped_with_a_reason(tmp_path: Path) -> None:
-    """Issue 33.5: real HotpotQA dev records, one with an empty and one with no ``answer``: they were
+    """Real HotpotQA dev records, one with an empty and one with no ``answer``: they were
     scored 0 and counted in eval/n; QA skips them as ``no_answer`` (said on stderr and in metrics.json)."""
     recs = json.loads((DATA / "hotpotqa" / "hotpot_dev_distractor_100.json").read_text())[:4]
     recs[1]["answer"] = "  "
@@ -176,7 +176,7 @@ def _tatqa_with_a_repeated_uid(tmp_path: Path) -> tuple[Path, list[dict], str]:
 
 
 def test_tatqa_duplicate_question_uid_is_skipped_with_a_reason(tmp_path: Path) -> None:
-    """Issue 34.8: QA stopped on "question ids are not unique" (no file, no id); the probe counted the
+    """QA stopped on "question ids are not unique" (no file, no id); the probe counted the
     question twice. The reader keeps the first record, as HotpotQA does, and says so."""
     data, docs, uid = _tatqa_with_a_repeated_uid(tmp_path)
     total = sum(len(d["questions"]) for d in docs)

@@ -15,9 +15,10 @@ from evaluate_runner import DEAD_SERVER
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from canopy_lit.eval.judge import JUDGEMENTS, AnswerJudge, judge_fingerprint, judge_run, main
+from canopy_lit.eval.judge import JUDGEMENTS, judge_run, main
 from canopy_lit.eval.records import RecordLog, RunLock
 from canopy_lit.llm.base import LLMError
+from canopy_lit.llm.judge import AnswerJudge, judge_fingerprint
 from canopy_lit.llm.simulated import SimulatedLLM
 from canopy_lit.schema import CONFIG_DIR
 
@@ -131,7 +132,7 @@ def _hotpot_run(run_dir: Path, n: int) -> tuple[list, list[dict]]:
 
 
 def test_corrected_gold_answer_is_judged_again(tmp_path: Path) -> None:
-    """Issue 33.6: the verdict cache keyed on id + prediction reused a verdict given against the old gold."""
+    """The verdict cache keyed on id + prediction reused a verdict given against the old gold."""
     questions, _ = _hotpot_run(tmp_path, 3)
     first = judge_run(tmp_path, AnswerJudge(SimulatedLLM(answer="Yes"), "fp", logprobs=0))
     assert (first["judged"], first["cached"]) == (3, 0)
@@ -146,7 +147,7 @@ def test_corrected_gold_answer_is_judged_again(tmp_path: Path) -> None:
 
 
 def test_judge_covers_exactly_the_runs_questions(tmp_path: Path, capsys) -> None:
-    """Issue 33.6: a folder evaluated on 3 questions, then on 2 (``limit``): eval/n is 2, and the judge
+    """A folder evaluated on 3 questions, then on 2 (``limit``): eval/n is 2, and the judge
     judged all 3 records of predictions.jsonl (judge_n 3)."""
     from canopy_lit.eval.summary import summarize
 

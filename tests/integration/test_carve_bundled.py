@@ -11,19 +11,19 @@ import json
 from pathlib import Path
 
 import pytest
-from hydra.utils import get_object
 
 from canopy_lit.carve import (
     CONFIGS,
     CarvePipeline,
     ClipAdaptiveReranker,
     EmbeddingCrossEncoder,
-    SharedModels,
-    build_corpus,
-    build_pipeline,
+    SingleConfigRanking,
+    ZScore,
 )
 from canopy_lit.carve.__main__ import compose_cfg
+from canopy_lit.carve.pipeline import run_pipeline
 from canopy_lit.data import load_benchmark
+from canopy_lit.pipeline.build import CarveParts, build_carve_corpus, build_carve_pipeline, build_runner
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -55,12 +55,12 @@ def cfg(data_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def models(cfg):
-    return SharedModels(cfg)
+    return CarveParts(cfg)
 
 
 @pytest.fixture(scope="module")
 def corpus(cfg, bench, models):
-    return build_corpus(cfg, list(bench.items.values()), models)
+    return build_carve_corpus(cfg, list(bench.items.values()), models)
 
 
 def test_fixture_triples_resolve_to_bundled_clips(bench):
@@ -84,16 +84,16 @@ def test_corpus_has_four_views_of_the_30s_leaves(corpus, models):
 
 
 def test_caption_configuration_finds_captioned_evidence(corpus, bench):
-    pipe = CarvePipeline(corpus, method="single:text_clip", k=1, pool_k=1, recall_ks=(1,))
+    pipe = CarvePipeline(corpus, SingleConfigRanking("text_clip"), k=1, pool_k=1, recall_ks=(1,))
     for qid in ("vrb-bunny-animal", "vrb-tree-hand", "vrb-vtest-pair"):
         rec = pipe.answer(next(q for q in bench.questions if q.id == qid))
         assert rec["stage"]["recall@1"] == 1.0, (qid, rec["ranking"])
 
 
 def test_carve_run_writes_stage_metrics_and_winners(corpus, models, bench, tmp_path):
-    reranker = ClipAdaptiveReranker(EmbeddingCrossEncoder(models.encoder), normalisation="zscore")
-    pipe = CarvePipeline(corpus, method="carve", k=2, pool_k=2, reranker=reranker, recall_ks=(1, 2))
-    metrics = pipe.run(bench.questions, tmp_path)
+    reranker = ClipAdaptiveReranker(EmbeddingCrossEncoder(models.encoder), normalisation=ZScore())
+    pipe = CarvePipeline(corpus, reranker, k=2, pool_k=2, recall_ks=(1, 2))
+    metrics = run_pipeline(pipe, bench.questions, tmp_path)
     recs = [json.loads(x) for x in (tmp_path / "predictions.jsonl").read_text().splitlines()]
     assert len(recs) == 9 and all(r["status"] == "ok" for r in recs)
     for r in recs:
@@ -110,8 +110,8 @@ def test_carve_run_writes_stage_metrics_and_winners(corpus, models, bench, tmp_p
 
 
 def test_runner_of_method_carve_writes_the_run_folder(cfg, bench):
-    """``method.runner`` names ``run(cfg)``: every triple of the file, into ``paths.output_dir``."""
-    metrics = get_object(cfg.method.runner)(cfg)
+    """``method.runner`` targets ``run(cfg)``: every triple of the file, into ``paths.output_dir``."""
+    metrics = build_runner(cfg)(cfg)
     out = Path(cfg.paths.output_dir)
     recs = [json.loads(x) for x in (out / "predictions.jsonl").read_text().splitlines()]
     assert [r["id"] for r in recs] == [q.id for q in bench.questions] and all(r["method"] == "carve" for r in recs)
@@ -130,12 +130,12 @@ def test_carve_with_real_smollm2_reranker(cfg, data_dir, corpus, bench, tmp_path
         data_dir, tmp_path, "llm=llamacpp_smollm2", "llm.n_threads=1", "carve/reranker=llm", "carve.generate=true",
         "carve.pool_k=1", "carve.frame_units=best", "carve.reader.max_tokens=8",
     )  # fmt: skip
-    models = SharedModels(llm_cfg)
+    models = CarveParts(llm_cfg)
     try:
-        pipe = build_pipeline(llm_cfg, "carve", corpus, models)  # the corpus of the embedding config: same clips
-        assert pipe.reranker.frame_units == "best" and pipe.reader.max_tokens == 8
+        pipe = build_carve_pipeline(llm_cfg, corpus, models)  # the corpus of the embedding config: same clips
+        assert pipe.method.frame_units == "best" and pipe.reader.max_tokens == 8
         qs = [q for q in bench.questions if q.id in ("vrb-tree-hand", "vrb-bunny-animal")]
-        metrics = pipe.run(qs, tmp_path)
+        metrics = run_pipeline(pipe, qs, tmp_path)
     finally:
         models.llm.close()
     recs = [json.loads(x) for x in (tmp_path / "predictions.jsonl").read_text().splitlines()]
@@ -163,7 +163,7 @@ def test_visual_winner_reaches_a_vision_reader_as_real_frames(corpus, bench):
         def count_tokens(self, text: str) -> int:
             return len(text.split())
 
-    pipe = CarvePipeline(corpus, method="single:visual_clip", k=1, pool_k=1, recall_ks=(1,))
+    pipe = CarvePipeline(corpus, SingleConfigRanking("visual_clip"), k=1, pool_k=1, recall_ks=(1,))
     q = next(q for q in bench.questions if q.id == "vrb-tree-hand")
     ranking, *_ = pipe.rank(q.text)
     blocks = evidence_blocks(ranking, corpus)

@@ -1,4 +1,4 @@
-"""Every option of the carve subgroups composes under ``method=carve`` and instantiates through ``SharedModels``.
+"""Every option of the carve subgroups composes under ``method=carve`` and instantiates through ``CarveParts``.
 
 Real parts where they exist here (MiniLM, the EfficientNet describer, the bundled clips, SmolLM2-135M
 when cached); tiny random-weight CLIP and Qwen3-VL models, named so, where no weights can be had.
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra.utils import get_object, instantiate
+from hydra.utils import instantiate
 
 from canopy_lit.carve import (
     CaptionSummariser,
@@ -20,11 +20,11 @@ from canopy_lit.carve import (
     EncoderVisualEmbedder,
     LLMSummariser,
     LLMYesNoCrossEncoder,
-    SharedModels,
     video_clips,
 )
 from canopy_lit.carve.__main__ import compose_cfg
 from canopy_lit.carve.rerank import CandidateRepr
+from canopy_lit.pipeline.build import CarveParts, build_runner
 from canopy_lit.types import Item, VideoRef
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -88,7 +88,7 @@ def test_option_composes_and_instantiates(group, option, data_dir, clip, tmp_pat
         _need_smollm2()
     cfg = compose_cfg(str(data_dir / "fixtures" / "vragbench_bundled_clips.jsonl"), str(data_dir / "media" / "video"),
                       str(tmp_path), overrides)  # fmt: skip
-    assert cfg.method.name == "carve" and callable(get_object(cfg.method.runner))
+    assert cfg.method.name == "carve" and callable(build_runner(cfg))
     node = cfg.carve[group]
     extra = {}
     if option == "captions":
@@ -100,7 +100,7 @@ def test_option_composes_and_instantiates(group, option, data_dir, clip, tmp_pat
 
         model, tok = _tiny_random_weights_model()
         extra = {"encoder": {"model": model, "tokenizer": tok, "max_seq_length": 64}}
-    models = SharedModels(cfg)
+    models = CarveParts(cfg)
     try:
         # build() injects the shared models a part takes; the qwen3vl node takes none, so instantiate = build there
         part = instantiate(node, **extra) if extra else models.build(node, f"carve.{group}")
@@ -129,6 +129,6 @@ def test_option_composes_and_instantiates(group, option, data_dir, clip, tmp_pat
 def test_described_parts_refuse_a_missing_describer(data_dir, tmp_path):
     cfg = compose_cfg(str(data_dir / "fixtures" / "vragbench_bundled_clips.jsonl"), str(data_dir / "media" / "video"),
                       str(tmp_path), ["carve.describer=null"])  # fmt: skip
-    models = SharedModels(cfg)
+    models = CarveParts(cfg)
     with pytest.raises(ValueError, match=r"carve.visual_encoder .* needs the frame describer, but carve.describer is null"):
         models.build(cfg.carve.visual_encoder, "carve.visual_encoder")

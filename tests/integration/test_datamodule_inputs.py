@@ -98,11 +98,11 @@ def test_cached_tokens_equal_per_batch_tokenisation(minilm) -> None:
     n_setup = len(calls)
     for b in range(0, len(dm.examples["train"]), 8):
         batch = dm.collate(dm.examples["train"][b : b + 8])
-        want_nodes = minilm.tokenize(batch["node_texts"])
-        want_queries = minilm.tokenize(batch["query_texts"])
+        want_nodes = minilm.tokenize(batch.node_texts)
+        want_queries = minilm.tokenize(batch.query_texts)
         for key in want_nodes:
-            assert torch.equal(batch["node_tokens"][key], want_nodes[key]), key
-            assert torch.equal(batch["query_tokens"][key], want_queries[key]), key
+            assert torch.equal(batch.node_tokens[key], want_nodes[key]), key
+            assert torch.equal(batch.query_tokens[key], want_queries[key]), key
     assert len(calls) == n_setup  # collate only padded cached ids
 
 

@@ -18,7 +18,7 @@ import torch
 
 from canopy_lit.data.datamodule import PreferenceDataModule
 from canopy_lit.encoders import load_encoder
-from canopy_lit.training import NodeEncoderModule
+from canopy_lit.training import NodeEncoderModule, PreferenceBatch
 
 # A tiny real subset: a few questions of two bundled benchmarks.
 OPTIONS = {b: {"max_questions": {"train": 5, "val": 2, "test": 3}} for b in ("hotpotqa", "nq")}
@@ -30,20 +30,24 @@ class BatchRecorder(L.Callback):
     def __init__(self, out: Path) -> None:
         self.out = out
         self.seen: dict[str, list[list[list[str]]]] = {"train": [], "test": []}
+        self.batch_types: set[str] = set()  # what the steps receive after Lightning's device transfer
 
     @staticmethod
-    def _ids(batch: dict[str, Any]) -> list[list[str]]:
-        return [[q, i] for q, i in zip(batch["question_ids"], batch["item_ids"], strict=True)]
+    def _ids(batch: PreferenceBatch) -> list[list[str]]:
+        return [[q, i] for q, i in zip(batch.question_ids, batch.item_ids, strict=True)]
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.batch_types.add(type(batch).__name__)
         self.seen["train"].append(self._ids(batch))
 
     def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
+        self.batch_types.add(type(batch).__name__)
         self.seen["test"].append(self._ids(batch))
 
     def _write(self, trainer: L.Trainer, stage: str) -> None:
         # Each fit / test launch forks fresh ranks, so every stage writes its own file.
-        record = {"world": trainer.world_size, stage: self.seen[stage]}
+        types = sorted(self.batch_types)
+        record = {"world": trainer.world_size, stage: self.seen[stage], f"{stage}_types": types}
         (self.out / f"{stage}{trainer.global_rank}.json").write_text(json.dumps(record))
 
     def on_train_end(self, trainer, pl_module) -> None:
@@ -95,6 +99,7 @@ def ddp_run(tmp_path_factory):
 def test_ranks_get_disjoint_groups_and_equal_batches(ddp_run) -> None:
     dm, _, _, ranks = ddp_run
     assert [r["world"] for r in ranks] == [2, 2]
+    assert all(r[f"{stage}_types"] == ["PreferenceBatch"] for r in ranks for stage in ("train", "test"))
     train = [[tuple(x) for b in r["train"] for x in b] for r in ranks]
     assert len(ranks[0]["train"]) == len(ranks[1]["train"]) == 2  # max_steps batches each, in step
     assert train[0] and train[1]

@@ -6,8 +6,10 @@ import json
 
 import pytest
 import torch
+from hydra import compose
+from hydra.utils import instantiate
 
-from canopy_lit.encoders import FINGERPRINT_FILE, load_encoder
+from canopy_lit.encoders import FINGERPRINT_FILE, TextEncoder, load_encoder
 
 TEXTS = [
     "Lilu (mythology): Lilu or lilu is an Akkadian word related to Lilith.",
@@ -139,3 +141,14 @@ def test_adapter_scale_interpolates_weights_between_f0_and_ftheta(trained, tmp_p
         load_encoder("minilm", adapter=path, adapter_scale=-1)
     with pytest.raises(ValueError, match="needs an adapter"):
         load_encoder("minilm", adapter_scale=0.5)
+
+
+def test_the_encoder_config_builds_its_class_with_the_adapter_as_train_and_evaluate_do(trained, tmp_path, hydra_ctx) -> None:
+    """``instantiate(cfg.encoder, device="cpu")`` (train.py) on configs/encoder/minilm.yaml: the TextEncoder
+    with encoder.adapter loaded and scaled, as the library's ``load_encoder`` builds it."""
+    enc, _ = trained
+    path = enc.save_adapter(tmp_path / "adapter")
+    cfg = compose("evaluate", overrides=[f"encoder.adapter={path}", "encoder.adapter_scale=0.5"])
+    built = instantiate(cfg.encoder, device="cpu")
+    assert type(built) is TextEncoder and built.has_adapter
+    assert built.fingerprint == load_encoder("minilm", adapter=path, adapter_scale=0.5).fingerprint != enc.fingerprint

@@ -1,4 +1,4 @@
-"""experiments/export_adapter.py: a checkpoint's LoRA weights become a loadable adapter (real MiniLM)."""
+"""canopy_lit.training.export: a checkpoint's LoRA weights become a loadable adapter (real MiniLM)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 
 from canopy_lit.encoders import load_encoder
 from canopy_lit.encoders.text import TextEncoder
-from experiments.export_adapter import PREFIX, export_adapter
+from canopy_lit.training.export import PREFIX, export_adapter, main
 
 
 @pytest.fixture(scope="module")
@@ -46,3 +46,15 @@ def test_checkpoint_of_another_placement_is_refused(template: Path, tmp_path: Pa
     with pytest.raises(ValueError, match="do not match adapter"):
         export_adapter(template, tmp_path / "other.ckpt", tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_module_entry_point_exports_the_last_checkpoint(template: Path, tmp_path: Path, capsys) -> None:
+    # python -m canopy_lit.training.export RUN: RUN/checkpoints/last.ckpt -> RUN/adapter_last
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "adapter").symlink_to(template, target_is_directory=True)
+    want = _checkpoint(template, run / "checkpoints" / "last.ckpt")
+    main([str(run)])
+    got = load_encoder("minilm", adapter=run / "adapter_last").lora_state()
+    torch.testing.assert_close(got, want)
+    assert "(global step 300) -> " in capsys.readouterr().out

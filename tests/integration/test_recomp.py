@@ -13,8 +13,8 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from canopy_lit.encoders import load_encoder
-from canopy_lit.pipeline.extractive import ExtractiveRefiner, FrozenEncoderView
-from canopy_lit.pipeline.scoring import NodeScorer
+from canopy_lit.pipeline.scoring import FrozenEncoderView, NodeScorer
+from canopy_lit.refine import ExtractiveRefiner
 from canopy_lit.types import Modality
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,7 +86,7 @@ def test_recomp_scores_are_f0_with_an_adapter_loaded_and_no_aggregation_call(ada
     from canopy_lit.pipeline.build import build_loop
 
     cfg = recomp_cfg(adapter_dir, tmp_path)
-    assert cfg.loop.aggregation_check is False and cfg.refine.scorer == "f0"
+    assert cfg.loop.aggregation_check is False and cfg.scorer.frozen is True
     bench, questions = tatqa
     assert len(questions) == 2
     runner = build_loop(cfg, bench)
@@ -117,7 +117,7 @@ def test_recomp_scores_are_f0_with_an_adapter_loaded_and_no_aggregation_call(ada
 def test_recomp_ftheta_scorer_without_adapter_is_an_error(tatqa, tmp_path) -> None:
     from canopy_lit.pipeline.build import build_loop
 
-    cfg = recomp_cfg(Path("null"), tmp_path, "refine.scorer=ftheta")
+    cfg = recomp_cfg(Path("null"), tmp_path, "scorer=ftheta")
     OmegaConf.update(cfg, "encoder.adapter", None)
-    with pytest.raises(ValueError, match="refine.scorer=ftheta"):
+    with pytest.raises(ValueError, match="scorer=ftheta"):
         build_loop(cfg, tatqa[0])

@@ -160,6 +160,7 @@ def test_node_cache_with_minilm(slice_, encoder, tmp_path) -> None:
 def test_evaluate_retrieval_metrics_keys(slice_, retriever, tmp_path) -> None:
     from omegaconf import OmegaConf
 
+    from canopy_lit.pipeline.build import build_retrieval_eval
     from canopy_lit.retrieval.evaluate import evaluate_retrieval
 
     _, questions = slice_
@@ -171,7 +172,7 @@ def test_evaluate_retrieval_metrics_keys(slice_, retriever, tmp_path) -> None:
             "limit": len(questions),
         }
     )
-    m = evaluate_retrieval(cfg, retriever=retriever, out_dir=tmp_path)
+    m = evaluate_retrieval(**build_retrieval_eval(cfg), retriever=retriever, out_dir=tmp_path)
     assert m["retrieval/hotpotqa/questions"] == len(questions)
     r = [m[f"retrieval/hotpotqa/recall@{k}"] for k in (1, 5, 10)]
     assert r == sorted(r) and r[-1] == 1.0  # 31 items: every question has a supporting paragraph in its top 10

@@ -116,7 +116,7 @@ def test_main_returns_validation_not_test_score(monkeypatch: pytest.MonkeyPatch)
 
     fake = {"test/decision_accuracy": 0.9, "val/decision_accuracy": 0.4, "val/best_decision_accuracy": 0.5}
     monkeypatch.setattr(train_mod, "run", lambda cfg: fake)
-    assert train_mod.main.__wrapped__(None) == 0.5
+    assert train_mod.main.__wrapped__(OmegaConf.create({"optimized_metric": "val/best_decision_accuracy"})) == 0.5
 
 
 def test_wandb_run_names_differ_per_override_set() -> None:

@@ -26,8 +26,8 @@ from canopy_lit.data.datamodule import Example, PreferenceCollate, PreferenceDat
 from canopy_lit.data.readers._gold import clip_leaves
 from canopy_lit.encoders import NodeEncoder, load_encoder
 from canopy_lit.hierarchy import Hierarchy, NodeInput, VideoTreeBuilder
-from canopy_lit.supervision import Instance, instances_for
-from canopy_lit.training import NodeEncoderModule
+from canopy_lit.supervision import Instance, PairKind, instances_for
+from canopy_lit.training import NodeEncoderModule, PreferenceBatch
 from canopy_lit.training.metrics import DecisionAccuracy
 from canopy_lit.types import Item, Modality, VideoRef
 
@@ -79,10 +79,8 @@ def _no_cache_accuracy(module: NodeEncoderModule, dm: PreferenceDataModule) -> d
         for batch in dm.test_dataloader():
             for name, metric in metrics.items():
                 win, lose = module.pair_scores(batch, f0=name == "f0")
-                metric.update(
-                    win, lose, batch["mask"], batch["tie_ok"], batch["benchmark"], batch["depth"],
-                    batch.get("stop"), batch.get("pair_in_tree"),
-                )
+                b = batch
+                metric.update(win, lose, b.mask, b.tie_ok, b.benchmark, b.depth, b.stop, b.in_tree)
     return {name: float(metric.compute()["decision_accuracy"]) for name, metric in metrics.items()}
 
 
@@ -140,8 +138,9 @@ def test_random_weights_eval_cache_keeps_untitled_clips_of_two_videos_apart(medi
     assert bikes.text == vtest.text == "[00:00-00:02]" and bikes.frames != vtest.frames
     collate = PreferenceCollate(module.encoder.tokenize)
 
-    def batch_of(*inputs: NodeInput) -> dict[str, Any]:
-        return collate([Example("what is shown?", list(inputs), [(0, 1)], [False], 0, 0)])
+    def batch_of(*inputs: NodeInput) -> PreferenceBatch:
+        kinds = [PairKind.PARENT_OVER_CHILD]
+        return collate([Example("what is shown?", list(inputs), [(0, 1)], kinds, 0, 0)])
 
     first, second = batch_of(image, bikes), batch_of(vtest, image, bikes)
     module.eval()
@@ -168,8 +167,8 @@ def test_random_weights_shared_lora_fits_validates_and_tests_on_image_and_video_
     val, test = _fit_validate_test(module, dm)
     assert any(not torch.equal(p, lora_b[n]) for n, p in module.named_parameters() if n in lora_b)
     batches = list(dm.test_dataloader())
-    assert len(batches) == 2 and all("pixel_values" in b["node_tokens"] for b in batches)
-    assert len(batches[1]["node_keys"]) > len(set(batches[1]["node_texts"]))  # tree's and bikes' first 10 s
+    assert len(batches) == 2 and all("pixel_values" in b.node_tokens for b in batches)
+    assert len(batches[1].node_keys) > len(set(batches[1].node_texts))  # tree's and bikes' first 10 s
     _check_results(module, dm, val, test)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -9,8 +11,8 @@ from canopy_lit.data import load_benchmark, split_questions
 from canopy_lit.data.datamodule import PreferenceDataModule
 from canopy_lit.encoders import load_encoder
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.supervision import training_instances
-from canopy_lit.training import NodeEncoderModule
+from canopy_lit.supervision import PairKind, add_hard_negatives, training_instances
+from canopy_lit.training import NodeEncoderModule, PreferenceBatch
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +42,7 @@ def test_only_lora_weights_change_and_loss_decreases(setup) -> None:
             from canopy_lit.training import pairwise_ranking_loss
 
             win, lose = module.pair_scores(batch)
-            out = pairwise_ranking_loss(win, lose, batch["mask"]).item()
+            out = pairwise_ranking_loss(win, lose, batch.mask).item()
         module.train()
         return out
 
@@ -61,7 +63,7 @@ def _step(module: NodeEncoderModule, batch) -> torch.Tensor:
     from canopy_lit.training import pairwise_ranking_loss
 
     win, lose = module.pair_scores(batch)
-    return pairwise_ranking_loss(win, lose, batch["mask"], module.hparams.scale)
+    return pairwise_ranking_loss(win, lose, batch.mask, module.hparams.scale)
 
 
 def test_checkpoint_keeps_adapter_only(setup) -> None:
@@ -77,20 +79,20 @@ def test_stop_weight_reweights_stop_instances_in_the_training_loss(setup) -> Non
     from canopy_lit.training import pairwise_ranking_loss
 
     module, batch = setup
-    batch = dict(batch)
-    batch["stop"] = torch.zeros(len(batch["query_index"]), dtype=torch.bool)
-    batch["stop"][0] = True  # mark one instance as a stop decision
+    stop = torch.zeros(len(batch), dtype=torch.bool)
+    stop[0] = True  # mark one instance as a stop decision
+    batch = replace(batch, stop=stop)
     module.eval()
     logged: dict[str, torch.Tensor] = {}
     module.log = lambda name, value, **kw: logged.setdefault(name, value)  # no Trainer attached
     with torch.no_grad():
         win, lose = module.pair_scores(batch)
-        per = pairwise_ranking_loss(win, lose, batch["mask"], reduction="none")
+        per = pairwise_ranking_loss(win, lose, batch.mask, reduction="none")
         module.hparams.stop_weight = 4.0
         weighted = module.training_step(batch, 0)
         module.hparams.stop_weight = 1.0
         plain = module.training_step(batch, 0)
-    w = 1.0 + 3.0 * batch["stop"].float()
+    w = 1.0 + 3.0 * batch.stop.float()
     assert torch.allclose(weighted, (per * w).sum() / w.sum(), atol=1e-6)
     assert torch.allclose(plain, per.mean(), atol=1e-6)
     assert not torch.allclose(weighted, plain)
@@ -98,14 +100,12 @@ def test_stop_weight_reweights_stop_instances_in_the_training_loss(setup) -> Non
         NodeEncoderModule(module.encoder, stop_weight=0.0)
 
 
-def _gold_children(batch) -> torch.Tensor:
-    return batch["tie_ok"] & batch["mask"]  # child ≻ parent pairs: in P(v), the g ≻ v pairs
+def _gold_children(batch: PreferenceBatch) -> torch.Tensor:
+    return batch.pairs_of(PairKind.CHILD_OVER_PARENT)  # g ≻ v
 
 
-def _gold_siblings(batch) -> torch.Tensor:
-    from canopy_lit.training.module import sibling_pairs
-
-    return sibling_pairs(batch)
+def _gold_siblings(batch: PreferenceBatch) -> torch.Tensor:
+    return batch.pairs_of(PairKind.GOLD_OVER_SIBLING)  # g ≻ n
 
 
 @pytest.mark.parametrize(
@@ -117,7 +117,7 @@ def test_pair_cost_knob_weights_only_its_pairs_inside_the_loss(setup, knob: str,
 
     module, batch = setup
     costed = pairs_of(batch)
-    assert costed.any() and (batch["mask"] & ~costed).any()  # the real batch has both kinds of pair
+    assert costed.any() and (batch.mask & ~costed).any()  # the real batch has both kinds of pair
     module.eval()
     module.log = lambda name, value, **kw: None  # no Trainer attached
     with torch.no_grad():
@@ -126,10 +126,68 @@ def test_pair_cost_knob_weights_only_its_pairs_inside_the_loss(setup, knob: str,
         weighted = module.training_step(batch, 0)
         module.hparams[knob] = 1.0
         plain = module.training_step(batch, 0)
-    x = (20.0 * (lose - win)).masked_fill(~batch["mask"], float("-inf"))
+    x = (20.0 * (lose - win)).masked_fill(~batch.mask, float("-inf"))
     by_hand = torch.log1p((torch.exp(x) * (1.0 + 4.0 * costed.float())).sum(1)).mean()
     assert torch.allclose(weighted, by_hand, atol=1e-5)
-    assert torch.allclose(plain, pairwise_ranking_loss(win, lose, batch["mask"]), atol=1e-6)
+    assert torch.allclose(plain, pairwise_ranking_loss(win, lose, batch.mask), atol=1e-6)
     assert weighted > plain
     with pytest.raises(ValueError, match=knob):
         NodeEncoderModule(module.encoder, **{knob: 0.0})
+
+
+@pytest.fixture(scope="module")
+def mixed():
+    """A fresh module (pair costs 3 / 2, stop weight 2) and a real batch holding every pair kind and padding."""
+    bench = load_benchmark("hotpotqa")
+    questions = split_questions(bench, "train")[:40]
+    hier = Hierarchy(2)
+    insts = training_instances(questions, bench.items, hier)
+    stops, descends = [x for x in insts if x.stop][:2], [x for x in insts if not x.stop][:6]
+    add_hard_negatives([*descends[:3], stops[0]], questions, bench.candidates, bench.items, hier, 1)
+    dm = PreferenceDataModule.from_instances({"train": [*descends, *stops]}, ["hotpotqa"], batch_size=8)
+    torch.manual_seed(0)
+    enc = load_encoder("minilm", max_seq_length=64)
+    module = NodeEncoderModule(
+        enc, lora_target_modules=["query", "value"], gold_child_weight=3.0, gold_sibling_weight=2.0, stop_weight=2.0
+    )
+    module.log = lambda name, value, **kw: None  # no Trainer attached
+    dm.set_tokenizer(enc.tokenize)
+    return module, dm.collate(dm.examples["train"])
+
+
+def test_weighted_training_step_keeps_its_pinned_loss_and_gradient(mixed) -> None:
+    """Pinned with the dict batch whose sibling pairs were read off the layout (commit 8c71471): same numbers."""
+    module, batch = mixed
+    assert {int(k) for k in batch.pair_kind.unique()} == {int(k) for k in PairKind} and batch.stop.any()
+    module.eval()  # dropout off: the numbers are deterministic
+    module.zero_grad()
+    loss = module.training_step(batch, 0)
+    loss.backward()
+    grad_norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in module.parameters() if p.grad is not None))
+    module.zero_grad()
+    assert loss.item() == pytest.approx(2.2140088081359863, rel=1e-5)
+    assert grad_norm.item() == pytest.approx(1.931608942506231, rel=1e-4)
+
+
+def test_pair_costs_follow_the_batch_pair_kind_not_its_layout(mixed) -> None:
+    """Relabelled kinds are honoured: P(v)'s g ≻ n pairs marked parent-over-child lose the sibling cost, and
+    v ≻ n pairs marked siblings gain it, though the layout (v's row in every pair) still says otherwise."""
+    from canopy_lit.training import pairwise_ranking_loss
+
+    module, batch = mixed
+    kinds = batch.pair_kind.clone()
+    sibling = kinds == PairKind.GOLD_OVER_SIBLING
+    parent_over_free = (kinds == PairKind.PARENT_OVER_CHILD) & ~batch.stop[:, None]  # v ≻ n of descend instances
+    assert sibling.any() and parent_over_free.any()
+    kinds[sibling], kinds[parent_over_free] = PairKind.PARENT_OVER_CHILD, PairKind.GOLD_OVER_SIBLING
+    relabelled = replace(batch, pair_kind=kinds)
+    module.eval()
+    with torch.no_grad():
+        win, lose = module.pair_scores(batch)
+        got = module.training_step(relabelled, 0)
+        as_built = module.training_step(batch, 0)
+    costs = 1.0 + 2.0 * relabelled.tie_ok.float() + 1.0 * parent_over_free.float()  # child 3, sibling 2
+    stop_weight = 1.0 + batch.stop.float()
+    want = pairwise_ranking_loss(win, lose, batch.mask, 20.0, weight=stop_weight, pair_weight=costs)
+    assert torch.allclose(got, want, atol=1e-6)
+    assert not torch.allclose(got, as_built)

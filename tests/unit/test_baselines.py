@@ -10,8 +10,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.pipeline.extractive import ExtractiveRefiner, FrozenEncoderView, scorer_encoder
-from canopy_lit.refine import leaf_ids
+from canopy_lit.pipeline.scoring import FrozenEncoderView, node_scorer
+from canopy_lit.refine import ExtractiveRefiner, leaf_ids
 from canopy_lit.types import Item, Table
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -56,10 +56,9 @@ def test_lazy_selection_encodes_leaves_only_and_matches_full_scores() -> None:
     assert asked == [leaf_ids(TEXT).tolist(), leaf_ids(TABLE).tolist()]
 
 
-@pytest.mark.parametrize(("kwargs", "key"), [({"m": 0}, "refine.m"), ({"scorer": "fθ"}, "refine.scorer")])
-def test_bad_settings_name_their_config_key(kwargs, key) -> None:
-    with pytest.raises(ValueError, match=key):
-        ExtractiveRefiner(**kwargs)
+def test_bad_settings_name_their_config_key() -> None:
+    with pytest.raises(ValueError, match="refine.m"):
+        ExtractiveRefiner(m=0)
 
 
 class AdapterEncoder:
@@ -96,12 +95,20 @@ class AdapterEncoder:
 
 def test_frozen_view_encodes_nodes_with_the_adapter_off_and_keys_the_cache_as_f0() -> None:
     enc = AdapterEncoder()
-    view = scorer_encoder(enc, ExtractiveRefiner(scorer="f0"))
+    view = node_scorer(enc, H, frozen=True).encoder  # scorer=f0
     assert isinstance(view, FrozenEncoderView)
     view.encode_nodes(["x"])
     assert enc.calls == [("nodes", True)]
     assert view.fingerprint == "TextEncoder:minilm:abc:adapter=none" and view.dim == 3
-    assert scorer_encoder(enc, ExtractiveRefiner(scorer="ftheta")) is enc
+    assert node_scorer(enc, H, require_adapter=True).encoder is enc  # scorer=ftheta
+    assert node_scorer(enc, H).encoder is enc  # scorer=adapter
+
+
+def test_ftheta_scorer_without_an_adapter_names_the_choice() -> None:
+    enc = AdapterEncoder()
+    enc.has_adapter = False
+    with pytest.raises(ValueError, match="scorer=ftheta needs a trained adapter"):
+        node_scorer(enc, H, require_adapter=True)
 
 
 def test_recomp_config_is_the_extractive_selector_without_aggregation() -> None:
@@ -109,8 +116,8 @@ def test_recomp_config_is_the_extractive_selector_without_aggregation() -> None:
     with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
         cfg = compose("evaluate", overrides=["method=recomp", "encoder.adapter=/tmp/adapter"])
     GlobalHydra.instance().clear()
-    assert cfg.refine._target_ == "canopy_lit.pipeline.extractive.ExtractiveRefiner"
-    assert cfg.refine.scorer == "f0" and cfg.refine.m == 5
+    assert cfg.refine._target_ == "canopy_lit.refine.ExtractiveRefiner" and cfg.refine.m == 5
+    assert cfg.scorer.frozen is True  # its own f0 scorer, though the run loads an adapter
     assert cfg.loop.aggregation_check is False and cfg.controller._target_.endswith(".no_controller") and cfg.loop.max_rounds == 1
 
 
@@ -132,6 +139,7 @@ def test_tables_state_each_rows_scorer_and_label_universalrag_as_modality_routin
         cfile.write_text(yaml.safe_dump(cfg, allow_unicode=True))
 
     run("canopy", "parent_relative", 2)
+    # a recomp run folder written before the scorer group: its scorer was the refiner's key refine.scorer
     run("recomp", "flat_top_m", 1, refine__scorer="f0", refine___target_="canopy_lit.pipeline.extractive.ExtractiveRefiner")
     run("universalrag", "keep_whole", 1, method__label="universalrag (modality routing only)")
     runs = find_runs([tmp_path])

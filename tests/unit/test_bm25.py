@@ -168,12 +168,12 @@ def test_config_builds_the_retriever_and_candidate_ranking(hydra_ctx, tmp_path, 
         f"+retrieval.benchmark_options={{2wikimultihopqa: {{path: '{FIXTURE_2WIKI}'}}}}",
     ]
     cfg = compose("evaluate", overrides=[*overrides, "retriever=corpus"])
-    assert cfg.retrieval.k1 == 1.5 and cfg.retrieval.candidate_ranking == "bm25"
+    assert cfg.retrieval.k1 == 1.5 and cfg.retrieval.candidate_ranking._target_.endswith(".BM25Ranking")
     corpus_side = pipeline_retriever(cfg, hotpot, None, Hierarchy(), llm=None)
     assert isinstance(corpus_side, BM25Retriever) and len(corpus_side.corpus) == 30
     cfg = compose("evaluate", overrides=[*overrides, "retriever=candidates"])
     cand = pipeline_retriever(cfg, hotpot, None, Hierarchy(), llm=None)
-    assert isinstance(cand, CandidateRetriever) and cand.ranking == "bm25"
+    assert isinstance(cand, CandidateRetriever) and cand.ranking.name == "bm25"
     q = next(q for q in hotpot.questions if q.meta.get("split") == "test")
     top = cand.retrieve(q.text, 3, (), q)  # no encoder needed for BM25
     assert len(top) == 3 and {it.id for it in top} <= set(hotpot.candidates[q.id])

@@ -17,17 +17,20 @@ from canopy_lit.carve import (
     ClipCorpus,
     ConfigScore,
     ConfigView,
+    FusionRanking,
     Hit,
+    MinMax,
+    NoNormalisation,
     ParallelRetriever,
+    SingleConfigRanking,
     Window,
+    ZScore,
     build_pool,
     evidence_blocks,
+    fused_ranking,
     is_hit,
-    normalise,
-    parse_method,
     rank_clips,
     recall_at_k,
-    reciprocal_rank_fusion,
     retrieve_config,
     single_config_ranking,
     stage_metrics,
@@ -36,6 +39,7 @@ from canopy_lit.carve import (
     video_clips,
 )
 from canopy_lit.carve.metrics import answer_contained
+from canopy_lit.carve.pipeline import run_pipeline
 from canopy_lit.carve.representations import CaptionSummariser, check_config
 from canopy_lit.hierarchy.base import Frame
 from canopy_lit.llm.base import BaseLLM, LLMResponse
@@ -106,9 +110,9 @@ def test_check_config_spellings():
     assert check_config("visual/frame") == VF and check_config("Text-Clip") == TC
     with pytest.raises(ValueError, match="unknown CARVE configuration"):
         check_config("audio_frame")
-    assert parse_method("single:text/clip") == ("single", TC)
+    assert SingleConfigRanking("text/clip").name == f"single:{TC}"
     with pytest.raises(ValueError):
-        parse_method("oracle")
+        SingleConfigRanking("oracle")  # type: ignore[arg-type]
 
 
 def test_caption_summariser_frame_and_clip_texts(tmp_path):
@@ -168,12 +172,11 @@ def test_build_pool_order_and_hits():
 
 
 def test_normalise_hand_computed():
-    assert normalise([1.0, 2.0, 3.0], "zscore") == pytest.approx([-math.sqrt(1.5), 0.0, math.sqrt(1.5)])
-    assert normalise([2.0, 4.0, 3.0], "minmax") == pytest.approx([0.0, 1.0, 0.5])
-    assert normalise([0.3], "zscore") == [0.0] and normalise([0.3, 0.3], "minmax") == [0.5, 0.5]
-    assert normalise([0.2, 0.9], "none") == [0.2, 0.9]
-    with pytest.raises(ValueError):
-        normalise([1.0], "softmax")  # type: ignore[arg-type]
+    assert ZScore()([1.0, 2.0, 3.0]) == pytest.approx([-math.sqrt(1.5), 0.0, math.sqrt(1.5)])
+    assert MinMax()([2.0, 4.0, 3.0]) == pytest.approx([0.0, 1.0, 0.5])
+    assert ZScore()([0.3]) == [0.0] and MinMax()([0.3, 0.3]) == [0.5, 0.5]
+    assert NoNormalisation()([0.2, 0.9]) == [0.2, 0.9]
+    assert [n.name for n in (ZScore(), MinMax(), NoNormalisation())] == ["zscore", "minmax", "none"]
 
 
 def test_winner_is_argmax_and_topk_interleaves():
@@ -201,7 +204,7 @@ def test_reranker_scores_each_candidate_under_its_retrieving_configs_only():
         (0, TC, 0): 0.2,
     }  # fmt: skip
     cross = TableCrossEncoder(table)
-    rr = ClipAdaptiveReranker(cross, normalisation="none", frame_units="all")
+    rr = ClipAdaptiveReranker(cross, normalisation=NoNormalisation(), frame_units="all")
     scored = rr.score_pool("q", pool, corpus)
     got = {(s.clip, s.config): (s.raw, s.unit) for s in scored}
     assert got == {(1, VF): (0.6, 3), (2, VC): (0.9, 2), (2, TF): (0.5, 5), (0, TC): (0.2, 0)}
@@ -209,7 +212,7 @@ def test_reranker_scores_each_candidate_under_its_retrieving_configs_only():
     assert rr.calls == 6
     ranked = rr("q", pool, corpus, k=2)
     assert [(r.clip, r.winner) for r in ranked] == [(2, VC), (1, VF)]
-    best_only = ClipAdaptiveReranker(TableCrossEncoder(table), normalisation="none", frame_units="best")
+    best_only = ClipAdaptiveReranker(TableCrossEncoder(table), normalisation=NoNormalisation(), frame_units="best")
     assert {(s.clip, s.config): s.unit for s in best_only.score_pool("q", pool, corpus)}[(2, TF)] == 4  # retrieved frame
     assert best_only.calls == 4
 
@@ -219,7 +222,7 @@ def test_zscore_is_within_configuration():
     pool, _ = ParallelRetriever(corpus, k=3)("q")  # every clip under every configuration
     # text_clip scores are uniformly higher than visual_clip's; z-scores put them on one scale
     table = {(c, VC, c): 0.1 + 0.01 * c for c in range(3)} | {(c, TC, c): 0.8 + 0.01 * (2 - c) for c in range(3)}
-    rr = ClipAdaptiveReranker(TableCrossEncoder(table, default=0.0), normalisation="zscore")
+    rr = ClipAdaptiveReranker(TableCrossEncoder(table, default=0.0), normalisation=ZScore())
     scored = {(s.clip, s.config): s.norm for s in rr.score_pool("q", pool, corpus)}
     z = math.sqrt(1.5)
     assert [scored[(c, VC)] for c in range(3)] == pytest.approx([-z, 0, z])
@@ -238,7 +241,7 @@ def test_rrf_hand_computed():
         VC: [Hit(1, VC, 1, 0.7, 1)],
         TC: [Hit(2, TC, 1, 0.6, 2), Hit(0, TC, 2, 0.5, 0)],
     }
-    fused = reciprocal_rank_fusion(lists, k=3, k_rrf=60)
+    fused = fused_ranking(lists, k=3, rrf_k=60)
     # clip 0: 1/61 + 1/62; clip 1: 1/62 + 1/61; clip 2: 1/61 -> tie 0/1 broken by clip index
     assert [r.clip for r in fused] == [0, 1, 2]
     assert fused[0].score == pytest.approx(1 / 61 + 1 / 62)
@@ -246,6 +249,9 @@ def test_rrf_hand_computed():
     assert [r.winner for r in fused] == [VF, VC, TC]  # best rank; VC's rank 1 beats VF's rank 2 for clip 1
     single = single_config_ranking(lists[TC], k=1)
     assert [(r.clip, r.winner, r.score) for r in single] == [(2, TC, 0.6)]
+    # the carve/method rankings: the same lists, no stage-2 scores
+    assert FusionRanking(60).rank("q", [], lists, _corpus(), 3) == (fused, [])
+    assert SingleConfigRanking(TC).rank("q", [], lists, _corpus(), 1) == (single, [])
 
 
 # --------------------------------------------------------------------------- stage metrics
@@ -327,10 +333,9 @@ def test_pipeline_writes_run_folder_and_resumes(tmp_path):
         Question("q2", "which?", ["three"], "vragbench", meta={"evidence": {"video": "v.mp4", "start": 61, "end": 62}}),
     ]
     pipe = CarvePipeline(
-        corpus, method="carve", k=2, pool_k=2, reranker=ClipAdaptiveReranker(LLMYesNoCrossEncoder(llm)),
-        reader=CarveReader(llm), recall_ks=(1, 2),
-    )  # fmt: skip
-    m = pipe.run(qs, tmp_path)
+        corpus, ClipAdaptiveReranker(LLMYesNoCrossEncoder(llm)), k=2, pool_k=2, reader=CarveReader(llm), recall_ks=(1, 2)
+    )
+    m = run_pipeline(pipe, qs, tmp_path)
     recs = [json.loads(x) for x in (tmp_path / "predictions.jsonl").read_text().splitlines()]
     assert [r["id"] for r in recs] == ["q1", "q2"] and all(r["status"] == "ok" for r in recs)
     for r in recs:
@@ -345,5 +350,5 @@ def test_pipeline_writes_run_folder_and_resumes(tmp_path):
     assert sum(saved[f"carve/winner_share/{c}"] for c in CONFIGS) == pytest.approx(1.0)
     assert (tmp_path / "table.md").read_text().count("| carve |") == 1
     n_calls = len(llm.log)
-    pipe.run(qs, tmp_path)  # resumed: nothing to do
+    run_pipeline(pipe, qs, tmp_path)  # resumed: nothing to do
     assert len(llm.log) == n_calls

@@ -1,4 +1,4 @@
-"""Issue 19 parts 1 and 6: one composition root, stages as config groups, entry points of one shape.
+"""One composition root, stages as config groups, entry points of one shape.
 
 Composes the real configs (no model is loaded): the controller and retriever groups build their
 stages through ``_target_``, methods pick groups instead of naming a string switch, ``method.runner``
@@ -90,9 +90,10 @@ def test_method_runner_is_chosen_by_config(hydra_ctx, monkeypatch: pytest.Monkey
     monkeypatch.setattr(ev, "run_qa", lambda cfg: calls.append("qa") or {"eval/f1": 1.0})
     monkeypatch.setitem(sys.modules, "fake_runner", SimpleNamespace(run=lambda cfg: calls.append(cfg.method.name) or {"x": 2.0}))
     assert ev.MODES["qa"](compose("evaluate", overrides=["method=vanilla"])) == {"eval/f1": 1.0}
-    assert ev.MODES["qa"](compose("evaluate", overrides=["method.runner=fake_runner.run"])) == {"x": 2.0}
+    assert ev.MODES["qa"](compose("evaluate", overrides=["method.runner._target_=fake_runner.run"])) == {"x": 2.0}
     assert calls == ["qa", "canopy"]
-    assert compose("evaluate", overrides=["method=carve"]).method.runner  # CARVE names its own runner
+    carve = compose("evaluate", overrides=["method=carve"]).method.runner  # CARVE names its own runner
+    assert carve._target_ == "canopy_lit.carve.pipeline.run" and carve._partial_
 
 
 def test_shipped_refiners_declare_what_the_loop_relies_on(hydra_ctx) -> None:

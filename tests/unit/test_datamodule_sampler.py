@@ -115,5 +115,5 @@ def test_workers_follow_the_epoch() -> None:
     loader = dm.train_dataloader()
     for epoch in (0, 1):
         loader.sampler.set_epoch(epoch)
-        got = [b["question_ids"] for b in loader]
+        got = [b.question_ids for b in loader]
         assert got == [[ex[i].question_id for i in b] for b in dm.samplers["train"].batches()]

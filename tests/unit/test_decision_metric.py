@@ -11,7 +11,7 @@ import torch
 
 from canopy_lit.data.datamodule import PreferenceCollate, render_instance
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.supervision import decision_correct, instances_for
+from canopy_lit.supervision import PairKind, decision_correct, instances_for
 from canopy_lit.training.metrics import DecisionAccuracy, pairs_hold
 from canopy_lit.types import Item, Modality
 
@@ -87,26 +87,30 @@ def test_collate_renders_each_node_once_and_keeps_pair_semantics(instances) -> N
     hier = Hierarchy(2)
     examples = [render_instance(i, hier, 0) for i in instances[:16]]
     batch = PreferenceCollate()(examples)
-    texts = batch["node_texts"]
+    texts = batch.node_texts
     assert len(texts) == len(set(texts)) < sum(len(e.texts) for e in examples)  # shared nodes deduplicated
     for i, inst in enumerate(instances[:16]):
         for k, (a, b) in enumerate(inst.pairs):
-            assert texts[batch["winner"][i, k]] == hier.node_text(inst.tree, a)
-            assert texts[batch["loser"][i, k]] == hier.node_text(inst.tree, b)
-            assert bool(batch["tie_ok"][i, k]) == (inst.tree.parent[a] == b)
-        assert int(batch["mask"][i].sum()) == len(inst.pairs)
-        assert batch["query_texts"][batch["query_index"][i]] == inst.question
+            assert texts[batch.winner[i, k]] == hier.node_text(inst.tree, a)
+            assert texts[batch.loser[i, k]] == hier.node_text(inst.tree, b)
+            assert bool(batch.tie_ok[i, k]) == (inst.tree.parent[a] == b)
+        assert int(batch.mask[i].sum()) == len(inst.pairs)
+        assert batch.query_texts[batch.query_index[i]] == inst.question
 
 
-def test_sibling_pairs_are_exactly_the_gold_over_gold_free_child_pairs(instances) -> None:
-    """The gold-sibling cost's mask, read off the batch layout, equals P(v)'s g ≻ n pairs (real HotpotQA)."""
-    from canopy_lit.training.module import sibling_pairs
-
+def test_batch_pair_kinds_are_p_v_kinds_by_tree_relation(instances) -> None:
+    """Each real pair's code names its relation in the tree: g ≻ v, v ≻ child, or g ≻ n between v's children."""
     batch = PreferenceCollate()([render_instance(i, Hierarchy(2), 0) for i in instances])
-    got = sibling_pairs(batch)
-    expected = torch.zeros_like(got)
+    expected = torch.full_like(batch.pair_kind, PairKind.PADDING)
     for i, inst in enumerate(instances):
+        parent = inst.tree.parent
         for k, (a, b) in enumerate(inst.pairs):
-            expected[i, k] = bool(inst.tree.parent[a] == inst.node and inst.tree.parent[b] == inst.node)
-    assert expected.any() and (batch["mask"] & ~expected).any()  # both kinds occur in the sample
-    assert torch.equal(got, expected)
+            if parent[a] == b == inst.node:
+                expected[i, k] = PairKind.CHILD_OVER_PARENT
+            elif parent[b] == a == inst.node:
+                expected[i, k] = PairKind.PARENT_OVER_CHILD
+            elif parent[a] == parent[b] == inst.node:
+                expected[i, k] = PairKind.GOLD_OVER_SIBLING
+    assert torch.equal(batch.pair_kind, expected)
+    assert {int(k) for k in batch.pair_kind.unique()} == {int(k) for k in PairKind} - {PairKind.HARD_NEGATIVE}
+    assert torch.equal(batch.mask, expected != PairKind.PADDING)

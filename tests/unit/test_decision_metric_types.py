@@ -75,5 +75,5 @@ def test_collate_marks_stop_instances(data_dir) -> None:
     batch = PreferenceCollate()([render_instance(i, hier, 0) for i in insts])
     for i, inst in enumerate(insts):
         fully_gold = all(0 <= s < 2 for s in range(int(tree.starts[inst.node]), int(tree.ends[inst.node])))
-        assert bool(batch["stop"][i]) == fully_gold == inst.stop
-    assert batch["stop"].any() and not batch["stop"].all()
+        assert bool(batch.stop[i]) == fully_gold == inst.stop
+    assert batch.stop.any() and not batch.stop.all()

@@ -126,7 +126,7 @@ def test_summary_reports_prefilled_tokens_per_question() -> None:
 
 
 def test_every_score_is_over_the_same_questions_when_some_failed(tmp_path, caplog) -> None:
-    """Issue 33.4: 2 answered + 2 failed real HotpotQA questions. Failed records carry no Match score, so
+    """2 answered + 2 failed real HotpotQA questions. Failed records carry no Match score, so
     Match was a mean over the 2 answered questions only (1.0 next to EM 0.5)."""
     from canopy_lit.data import load_benchmark
     from canopy_lit.eval.harness import run_questions

@@ -10,25 +10,15 @@ import pytest
 from hydra.utils import instantiate
 
 from canopy_lit.data import load_split
-from canopy_lit.eval.evidence import (
-    EvidenceText,
-    FlatMatchedRefiner,
-    answer_found,
-    answer_needles,
-    as_number,
-    bootstrap_ratio_ci,
-    compare_runs,
-    gold_leaf_counts,
-    item_recall,
-    paired_difference,
-    score_evidence,
-    summarize_evidence,
-    token_counter,
-)
+from canopy_lit.eval.answers import EvidenceText, answer_found, answer_needles, gold_leaf_counts, item_recall
+from canopy_lit.eval.evidence_stats import compare_runs, score_evidence, summarize_evidence
 from canopy_lit.eval.harness import run_questions
+from canopy_lit.eval.metrics import paired_bootstrap_ci, ratio_bootstrap_ci
 from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.llm.tokenizers import token_counter
+from canopy_lit.numbers import as_number
 from canopy_lit.pipeline.trace import QuestionRecord
-from canopy_lit.refine import ParentRelativeRefiner, leaf_ids
+from canopy_lit.refine import FlatMatchedRefiner, ParentRelativeRefiner, leaf_ids
 from canopy_lit.types import Item, Question, Table, Tree
 
 DATA = Path(__file__).resolve().parents[2] / "data"
@@ -151,12 +141,17 @@ def test_summarize_evidence_by_hand() -> None:
     }
 
 
-def test_bootstrap_ratio_ci_brackets_the_ratio() -> None:
+def test_pooled_ratio_cis_are_the_metrics_bootstrap() -> None:
+    """Gold recall and kept ratio get the pooled-ratio bootstrap of ``canopy_lit.eval.metrics`` (BCa, the one
+    family of QA and probe CIs), not a bootstrap of their own."""
     rng = np.random.default_rng(1)
-    num, den = rng.integers(0, 5, 200).astype(float), np.full(200, 5.0)
-    lo, hi = bootstrap_ratio_ci(num, den)
-    assert lo < num.sum() / den.sum() < hi and hi - lo < 0.15
-    assert all(np.isnan(bootstrap_ratio_ci([], [])))
+    hit, total = rng.integers(0, 5, 60), rng.integers(0, 6, 60)
+    hit = np.minimum(hit, total)
+    recs = [_rec(True, int(h), int(t), 100) for h, t in zip(hit, total)]
+    m = summarize_evidence(recs)
+    lo, hi = ratio_bootstrap_ci(hit.astype(float), total.astype(float))
+    assert (m["evidence/gold_recall_ci_low"], m["evidence/gold_recall_ci_high"]) == (lo, hi)
+    assert lo < m["evidence/gold_recall"] == hit.sum() / total.sum() < hi
 
 
 def test_harness_stores_the_given_scores_not_em_f1(tmp_path: Path) -> None:
@@ -313,7 +308,8 @@ def test_compare_runs_pairs_questions_by_id(tmp_path: Path) -> None:
     assert c["answer_recall_diff"] == pytest.approx(0.5)  # (1 - 1 + 1 - 0) / 2
     assert c["answer_recall_diff_ci_low"] <= 0.5 <= c["answer_recall_diff_ci_high"]
     assert c["token_ratio"] == pytest.approx(300 / 400)
-    assert paired_difference([1, 0, 1], [1, 1, 1])[0] == pytest.approx(-1 / 3)
+    assert (c["token_ratio_ci_low"], c["token_ratio_ci_high"]) == ratio_bootstrap_ci([100, 100, 100], [200, 0, 200])
+    assert (c["answer_recall_diff_ci_low"], c["answer_recall_diff_ci_high"]) == paired_bootstrap_ci([1, 1], [1, 0])
     assert "answer_recall_content_diff" not in c  # runs recorded before the content-only match
     with pytest.raises(ValueError, match="share no recorded question"):
         compare_runs(a, write(tmp_path / "c", [rec("other", True, 1)]))
@@ -331,7 +327,7 @@ def test_compare_runs_pairs_questions_by_id(tmp_path: Path) -> None:
 def test_retrieval_cache_keys_on_the_encoder_settings() -> None:
     """The items' f0 retrieval vectors are cached per encoder setting: a run at another
     ``max_seq_length`` must not read vectors truncated at the old length (hand-made encoder stub)."""
-    from canopy_lit.eval.evidence import _QuerySideEncoder
+    from canopy_lit.pipeline.scoring import QuerySideEncoder
     from canopy_lit.retrieval import NodeEmbeddingCache
 
     class EncoderStub:
@@ -341,7 +337,7 @@ def test_retrieval_cache_keys_on_the_encoder_settings() -> None:
         def __init__(self, max_seq_length: int) -> None:
             self.max_seq_length = max_seq_length
 
-    fps = [NodeEmbeddingCache(_QuerySideEncoder(EncoderStub(n)), Hierarchy()).fingerprint for n in (256, 512)]
+    fps = [NodeEmbeddingCache(QuerySideEncoder(EncoderStub(n)), Hierarchy()).fingerprint for n in (256, 512)]
     assert fps[0] != fps[1] and "max_seq_length=512" in fps[1]
     assert "adapter=none|query-side" in fps[0]  # f0 side: the adapter never changes these vectors
 
@@ -367,16 +363,16 @@ class ListRetriever:
 
 def evidence_run(ids: list[str], question: Question, cap: int = 16000) -> dict:
     """One question through an ``EvidenceRunner`` over hand-made items (whole items, words as tokens)."""
-    from canopy_lit.eval.evidence import EvidenceCapture, EvidenceRunner
+    from canopy_lit.eval.evidence import EvidenceRunner
+    from canopy_lit.pipeline.build import NoReader
     from canopy_lit.pipeline.loop import EvidenceLoop, LoopSettings
     from canopy_lit.refine import KeepWholeRefiner
 
-    capture = EvidenceCapture()
     loop = EvidenceLoop(
-        ListRetriever(ids), Hierarchy(2), KeepWholeRefiner(), capture, lambda t: len(t.split()),
+        ListRetriever(ids), Hierarchy(2), KeepWholeRefiner(), NoReader(), lambda t: len(t.split()),
         settings=LoopSettings(k=len(ids), max_rounds=1, reader_max_tokens=cap, aggregation_check=False),
     )  # fmt: skip
-    return EvidenceRunner(loop, capture)(question).to_dict()
+    return EvidenceRunner(loop)(question).to_dict()
 
 
 def test_answer_recall_side_by_side_without_titles_and_headers() -> None:

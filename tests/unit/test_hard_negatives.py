@@ -12,7 +12,14 @@ import torch
 from canopy_lit.data import load_benchmark, split_questions
 from canopy_lit.data.datamodule import PreferenceCollate, PreferenceDataModule, render_instance
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.supervision import add_hard_negatives, gold_counts, preference_pairs, training_instances
+from canopy_lit.supervision import (
+    PairKind,
+    add_hard_negatives,
+    gold_counts,
+    preference_pairs,
+    training_instances,
+)
+from canopy_lit.training.batch import PreferenceBatch
 from canopy_lit.training.metrics import DecisionAccuracy
 
 OPTIONS = {"hotpotqa": {"max_questions": {"train": 24, "val": 6, "test": 8}}}
@@ -23,16 +30,20 @@ PINNED = {
     "val": "fc106f78b6d377991011eb52e4477ef1a720108525a92d7c72dea92dca78f77e",
     "test": "cf02bb62952c6dfbdf69e1ac2c5ace9298548d1a04974f40d704f69cb7501f7f",
 }
-BATCH_KEYS = {  # the batch layout before hard negatives: hard_negatives=0 must not add a key
+PINNED_KEYS = (  # the batch content the pins cover: every pair's nodes, kind flags and instance fields
     "node_texts", "query_texts", "query_index", "winner", "loser", "mask", "tie_ok",
     "benchmark", "depth", "stop", "question_ids", "item_ids",
-}  # fmt: skip
+)  # fmt: skip
 
 
-def _fingerprint(batch: dict[str, Any]) -> str:
+def _fingerprint(batch: PreferenceBatch) -> str:
+    """sha256 over PINNED_KEYS, plus the in-tree flags when the batch holds hard-negative pairs."""
+    view = {k: getattr(batch, k) for k in PINNED_KEYS}
+    if batch.pairs_of(PairKind.HARD_NEGATIVE).any():
+        view["pair_in_tree"] = batch.in_tree
     h = hashlib.sha256()
-    for k in sorted(batch):
-        v = batch[k]
+    for k in sorted(view):
+        v = view[k]
         h.update(k.encode())
         if isinstance(v, torch.Tensor):
             h.update(f"{v.dtype}{tuple(v.shape)}".encode())
@@ -65,7 +76,7 @@ def hotpot():
     return bench, questions, hier, plain, hard
 
 
-def _collate(instances, hier: Hierarchy) -> dict[str, Any]:
+def _collate(instances, hier: Hierarchy) -> PreferenceBatch:
     return PreferenceCollate()([render_instance(x, hier, 0) for x in instances])
 
 
@@ -76,14 +87,14 @@ def test_zero_hard_negatives_gives_todays_batches_bit_for_bit() -> None:
     off = PreferenceDataModule(["hotpotqa"], OPTIONS, batch_size=8, hard_negatives=0)
     off.setup()
     assert _split_fingerprints(off) == PINNED
-    assert set(next(iter(off.train_dataloader()))) == BATCH_KEYS
+    assert not any(b.pairs_of(PairKind.HARD_NEGATIVE).any() for b in off.train_dataloader())
     on = PreferenceDataModule(["hotpotqa"], OPTIONS, batch_size=8, hard_negatives=1)
     on.setup()
     got = _split_fingerprints(on)
     # Train only: val / test batches (selection, test numbers) stay exactly as without the option.
     assert got["train"] != PINNED["train"]
     assert got["val"] == PINNED["val"] and got["test"] == PINNED["test"]
-    assert "pair_in_tree" in next(iter(on.train_dataloader()))
+    assert any(b.pairs_of(PairKind.HARD_NEGATIVE).any() for b in on.train_dataloader())
     with pytest.raises(ValueError, match="hard_negatives"):
         PreferenceDataModule(["hotpotqa"], hard_negatives=-1)
 
@@ -134,25 +145,25 @@ def test_questions_without_distractors_get_no_hard_negatives(hotpot) -> None:
 def test_batch_renders_hard_pairs_as_gold_over_distractor(hotpot) -> None:
     _, _, hier, plain, hard = hotpot
     batch, base = _collate(hard[:16], hier), _collate(plain[:16], hier)
-    texts = batch["node_texts"]
+    texts = batch.node_texts
     for i, inst in enumerate(hard[:16]):
         n_tree, n_hard = len(inst.pairs), len(inst.hard_pairs)
-        assert batch["mask"][i].sum() == n_tree + n_hard
-        assert batch["pair_in_tree"][i, :n_tree].all() and not batch["pair_in_tree"][i, n_tree:].any()
-        assert not batch["tie_ok"][i, n_tree:].any()
+        assert batch.mask[i].sum() == n_tree + n_hard
+        assert batch.in_tree[i, :n_tree].all() and not batch.in_tree[i, n_tree:].any()
+        assert (batch.pair_kind[i, n_tree : n_tree + n_hard] == PairKind.HARD_NEGATIVE).all()
+        assert not batch.tie_ok[i, n_tree:].any()
         # In-tree pairs: the same nodes in the same columns as without hard negatives.
         for k in range(n_tree):
-            assert texts[batch["winner"][i, k]] == base["node_texts"][base["winner"][i, k]]
-            assert texts[batch["loser"][i, k]] == base["node_texts"][base["loser"][i, k]]
+            assert texts[batch.winner[i, k]] == base.node_texts[base.winner[i, k]]
+            assert texts[batch.loser[i, k]] == base.node_texts[base.loser[i, k]]
         for k, (g, j) in enumerate(inst.hard_pairs, start=n_tree):
             tree, u = inst.hard_negatives[j]
-            assert texts[batch["winner"][i, k]] == hier.node_text(inst.tree, g)
-            assert texts[batch["loser"][i, k]] == hier.node_text(tree, u)  # rendered as any gold node
-    # The g ≻ n pairs the gold-sibling cost reads are P(v)'s alone, with or without hard negatives.
-    from canopy_lit.training.module import sibling_pairs
-
-    assert torch.equal(sibling_pairs(batch)[:, : base["mask"].shape[1]], sibling_pairs(base))
-    assert not sibling_pairs(batch)[~batch.get("pair_in_tree", batch["mask"])].any()
+            assert texts[batch.winner[i, k]] == hier.node_text(inst.tree, g)
+            assert texts[batch.loser[i, k]] == hier.node_text(tree, u)  # rendered as any gold node
+    # P(v)'s pair kinds (what the pair costs read) keep their columns with or without hard negatives.
+    width = base.pair_kind.shape[1]
+    in_tree_kinds = batch.pair_kind[:, :width].masked_fill(~batch.in_tree[:, :width], PairKind.PADDING)
+    assert torch.equal(in_tree_kinds, base.pair_kind)
 
 
 # ------------------------------------------------------------------ (c) decisions ignore them
@@ -168,18 +179,18 @@ def module():
     return NodeEncoderModule(enc, lr=1e-3, lora_target_modules=["query", "value"])
 
 
-def _adversarial(plain: dict[str, Any], hard: dict[str, Any]):
+def _adversarial(plain: PreferenceBatch, hard: PreferenceBatch):
     """Scorer of a batch: a fixed random score per node text, hard-negative losers above every node,
     so every hard pair fails and a decision that read one would flip to wrong."""
     gen = torch.Generator().manual_seed(0)
-    texts = list(dict.fromkeys(plain["node_texts"] + hard["node_texts"]))
+    texts = list(dict.fromkeys(plain.node_texts + hard.node_texts))
     by_text = dict(zip(texts, torch.rand(len(texts), generator=gen).tolist(), strict=True))
-    losers = hard["loser"][hard["mask"] & ~hard["pair_in_tree"]].tolist()
-    by_text |= {hard["node_texts"][r]: 2.0 for r in losers}
+    losers = hard.loser[hard.pairs_of(PairKind.HARD_NEGATIVE)].tolist()
+    by_text |= {hard.node_texts[r]: 2.0 for r in losers}
 
-    def scores(b: dict[str, Any], *_: Any, **__: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        s = torch.tensor([by_text[t] for t in b["node_texts"]])
-        return s[b["winner"]], s[b["loser"]]  # (N, P) each
+    def scores(b: PreferenceBatch, *_: Any, **__: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        s = torch.tensor([by_text[t] for t in b.node_texts])
+        return s[b.winner], s[b.loser]  # (N, P) each
 
     return scores
 
@@ -191,12 +202,12 @@ def test_decision_accuracy_ignores_hard_negative_pairs(hotpot) -> None:
     base, batch = _collate(plain, hier), _collate(hard, hier)
     scores = _adversarial(base, batch)
     win, lose = scores(batch)
-    assert pairs_hold(win, lose, batch["mask"], batch["tie_ok"]).sum() == 0  # the hard pairs would matter
+    assert pairs_hold(win, lose, batch.mask, batch.tie_ok).sum() == 0  # the hard pairs would matter
     results = []
     for b in (base, batch):
         metric = DecisionAccuracy(["hotpotqa"])
         w, lo = scores(b)
-        metric.update(w, lo, b["mask"], b["tie_ok"], b["benchmark"], b["depth"], b["stop"], b.get("pair_in_tree"))
+        metric.update(w, lo, b.mask, b.tie_ok, b.benchmark, b.depth, b.stop, b.in_tree)
         results.append({k: float(v) for k, v in metric.compute().items()})
     assert results[0] == results[1] and results[0]["decision_accuracy"] > 0
 
@@ -224,7 +235,7 @@ def test_training_step_with_hard_negatives_has_finite_loss_and_lora_gradient(hot
     dm = PreferenceDataModule.from_instances({"train": hard[:6]}, ["hotpotqa"], batch_size=6)
     dm.set_tokenizer(module.encoder.tokenize)
     batch = dm.collate(dm.examples["train"])
-    hard_mask = batch["mask"] & ~batch["pair_in_tree"]
+    hard_mask = batch.pairs_of(PairKind.HARD_NEGATIVE)
     assert hard_mask.any()
     module.log = lambda *a, **k: None  # no Trainer attached
     module.train()

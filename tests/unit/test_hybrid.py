@@ -127,10 +127,10 @@ def test_evidence_grid_ranks_candidates_by_the_chosen_retriever(
     """``+ablation=evidence_retriever``: each grid point's retriever ranks the delivered items (not always f0)."""
     from hydra import compose
 
-    from canopy_lit.eval.evidence import CachedCandidateRetriever
     from canopy_lit.eval.records import retriever_name
     from canopy_lit.hierarchy import Hierarchy
     from canopy_lit.pipeline.build import build_retriever
+    from canopy_lit.pipeline.scoring import QuerySideEncoder
     from canopy_lit.retrieval import NodeEmbeddingCache
 
     cfg = compose(
@@ -147,8 +147,9 @@ def test_evidence_grid_ranks_candidates_by_the_chosen_retriever(
     assert retriever_name(cfg) == expected  # the tables' row label
     bench = hotpot
     base = build_retriever(cfg, bench, encoder, Hierarchy(), None)
-    cached = CachedCandidateRetriever(base, NodeEmbeddingCache(encoder, Hierarchy(), cache_dir=None))
-    assert base.ranking == cached.ranking == expected
+    item_cache = NodeEmbeddingCache(QuerySideEncoder(encoder), Hierarchy(), cache_dir=None)
+    cached = build_retriever(cfg, bench, encoder, Hierarchy(), None, item_cache=item_cache)  # the evidence mode's
+    assert base.ranking.name == cached.ranking.name == expected
     qs = [q for q in bench.questions if q.meta.get("split") == "test"][:2]
     for q in qs:
         top = [it.id for it in cached.retrieve(q.text, 4, (), q)]
@@ -163,7 +164,7 @@ def test_evidence_grid_ranks_candidates_by_the_chosen_retriever(
 
 
 def test_routing_reaches_both_sides_of_the_hybrid(tmp_path, encoder) -> None:
-    """Issue 33.12: only the dense side got the router, so BM25 fused tables into a text-routed query.
+    """Only the dense side got the router, so BM25 fused tables into a text-routed query.
 
     Corpus: two real TAT-QA dev documents (2 tables, 4 paragraphs); router: the LLM router over the
     project's simulated backend (it picks the first modality offered, ``text``), uncached."""

@@ -286,7 +286,7 @@ def test_one_oversized_item_ranked_first_fills_the_cap_and_drops_the_rest() -> N
 def test_oversized_item_cut_with_the_reader_tokenizer() -> None:
     """The real SmolLM2 tokenizer: a one-sentence paragraph of ~130 kB is cut within the cap at a word boundary."""
     from canopy_lit.assets import AssetError, resolve
-    from canopy_lit.eval.evidence import token_counter
+    from canopy_lit.llm.tokenizers import token_counter
 
     try:
         count = token_counter(str(resolve("smollm2-135m")))

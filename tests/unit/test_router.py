@@ -43,7 +43,7 @@ def test_universalrag_config_builds_a_restricted_llm_router(monkeypatch) -> None
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from canopy_lit.pipeline import build, retrievers
+    from canopy_lit.pipeline import build
     from canopy_lit.retrieval.retriever import FaissRetriever
 
     class TextTableIndex:
@@ -55,18 +55,17 @@ def test_universalrag_config_builds_a_restricted_llm_router(monkeypatch) -> None
         cfg = compose("evaluate", overrides=["method=universalrag", "paths.root_dir=/tmp/canopy-lit-test"])
     GlobalHydra.instance().clear()
     assert cfg.retriever.name == "corpus"
-    seen: dict = {}
-
-    def fake_instantiate(kwargs: dict):  # stands in for the index builder: no corpus, no encoder
-        seen.update(kwargs)
-        return lambda encoder, router: FaissRetriever(TextTableIndex(), None, encoder, router=router)
-
-    monkeypatch.setattr(retrievers, "instantiate", fake_instantiate)
-    llm = FakeScriptedLLM('{"label": "table"}')
-    retriever = build.build_retriever(cfg, None, None, None, llm)
+    seen = build.build_index(cfg).keywords  # the index builder with its knobs bound (nothing built yet)
     assert seen["routing"] is True
     # the loop's keys never reach the index builder: the loop passes k and exclude_seen every round
-    assert not {"k", "exclude_seen", "scope", "node_cache_dir"} & set(seen)
+    assert not {"k", "exclude_seen", "scope", "node_cache_dir", "candidate_ranking"} & set(seen)
+
+    def fake_index(cfg):  # stands in for the index builder: no corpus, no encoder
+        return lambda encoder, router: FaissRetriever(TextTableIndex(), None, encoder, router=router)
+
+    monkeypatch.setattr(build, "build_index", fake_index)
+    llm = FakeScriptedLLM('{"label": "table"}')
+    retriever = build.build_retriever(cfg, None, None, None, llm)
     assert isinstance(retriever.router, LLMModalityRouter) and retriever.router.modalities == ("text", "table")
     assert retriever._route("how many goals?") == ["table"] and "video" not in llm.prompts[-1]
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from hydra import compose
+from hydra.core.hydra_config import HydraConfig
 from runfolders import make_qa_run
 
 from canopy_lit.eval.records import RUN_FILE, read_run_axes, run_axes, write_run_axes
@@ -98,3 +99,49 @@ def test_judge_and_match_columns_only_where_a_run_has_them(tmp_path: Path) -> No
     assert "| Judge | Judge 95% CI |" in long and "[0.0, 100.0]" in long
     row = next(r for r in qa_rows(find_runs([tmp_path])) if r["method"] == "canopy")
     assert (row["judge"], row["judge_ci_low"], row["judge_ci_high"]) == (0.5, 0.0, 1.0)
+
+
+@pytest.fixture
+def hydra_job(hydra_ctx):
+    """Compose an evaluate config with Hydra's runtime set, as in a job of ``python evaluate.py``."""
+
+    def job(overrides: list[str]):
+        cfg = compose("evaluate", overrides=overrides, return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)
+        return cfg
+
+    yield job
+    HydraConfig.instance().cfg = None
+
+
+def test_run_json_records_hydra_choices_and_labels_runs_by_them(hydra_job, tmp_path: Path) -> None:
+    cfg = hydra_job(["+ablation=components", "variant=no_projection", "retriever=candidates", "data=tatqa",
+                     f"paths.root_dir={tmp_path}"])  # fmt: skip
+    axes = read_run_axes(write_run_axes(tmp_path / "run", cfg).parent)
+    choices = axes["choices"]
+    assert choices["variant"] == "no_projection" and choices["refine"] == "keep_whole" and choices["data"] == "tatqa"
+    assert not [g for g in choices if g == "hydra" or g.startswith("hydra/")]  # Hydra's own groups are no labels
+    assert {k: axes[k] for k in ("variant", "refine", "controller", "scope", "retriever", "study")} == {
+        "variant": "no_projection", "refine": "keep_whole", "controller": "critic", "scope": "candidates",
+        "retriever": "bm25", "study": "components"}  # fmt: skip
+    assert set(axes) - {"choices"} == set(run_axes({}))  # the other keys as ever
+
+
+def test_labels_are_the_chosen_options_not_rebuilt_from_class_names() -> None:
+    """A group option whose class name says something else (a user's own refiner, controller, retriever)."""
+    cfg = {"mode": "qa", "encoder": {"backbone": "minilm", "adapter": None},
+           "refine": {"_target_": "my_lab.refiners.Pruner", "descend_margin": 0.1},
+           "controller": {"_target_": "my_lab.control.adaptive"},
+           "retrieval": {"_target_": "my_lab.splade.build", "k": 5}}  # fmt: skip
+    choices = {"refine": "my_pruner", "controller": "adaptive_critic", "retrieval": "splade", "retriever": "corpus",
+               "hydra/launcher": "basic"}  # fmt: skip
+    axes = run_axes(cfg, choices)
+    assert (axes["refine"], axes["controller"], axes["retriever"], axes["scope"]) == (
+        "my_pruner", "adaptive_critic", "splade", "corpus")
+    assert axes["choices"] == {"refine": "my_pruner", "controller": "adaptive_critic", "retrieval": "splade",
+                               "retriever": "corpus"}  # fmt: skip
+    for index in ("default", "flat", "ivfpq"):  # the dense retriever over another index: labelled by its ranking
+        assert run_axes(cfg, {"retrieval": index})["retriever"] == "dense"
+    written_before = run_axes(cfg)  # no choices: the labels read back from the config, no choices key
+    assert (written_before["refine"], written_before["controller"]) == ("pruner", "adaptive")
+    assert "choices" not in written_before

@@ -228,7 +228,7 @@ def test_training_run_folders_stay_out_of_qa_tables(tmp_path: Path) -> None:
 
 
 def test_unreadable_metric_values_keep_their_columns_and_are_named(tmp_path: Path, caplog) -> None:
-    """Issue 33.4: a NaN or a string in metrics.json must not make EM / F1 vanish from the tables silently."""
+    """A NaN or a string in metrics.json must not make EM / F1 vanish from the tables silently."""
     run = make_qa_run(tmp_path / "run", "hotpotqa", 3, method="vanilla", refine="keep_whole", max_rounds=1)
     m = metrics_of(run)
     (run / "metrics.json").write_text(json.dumps({**m, "eval/em": float("nan"), "eval/f1": "0.5"}))
@@ -244,3 +244,86 @@ def test_unreadable_metric_values_keep_their_columns_and_are_named(tmp_path: Pat
     lines = [x.getMessage() for x in caplog.records]
     assert any(line.startswith(f"{run / 'metrics.json'}: eval/em is NaN") for line in lines), lines
     assert any(line.startswith(f"{run / 'metrics.json'}: eval/f1 is \"0.5\"") for line in lines), lines
+
+
+def _first_table(md: str) -> list[list[str]]:
+    """The cells of the first markdown table in ``md``, header row first."""
+    lines = md.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| "))
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        if not line.startswith("|---"):
+            rows.append([cell.strip() for cell in line[1:-1].split(" | ")])
+    return rows
+
+
+def _header(md: str) -> list[str]:
+    return _first_table(md)[0]
+
+
+def _column(md: str, name: str) -> list[str]:
+    header, *body = _first_table(md)
+    return [row[header.index(name)] for row in body]
+
+
+def _record_variant(run: Path, variant: str) -> None:
+    """run.json as the evaluation writes it for ``variant=<variant>`` (Hydra's choice of that group)."""
+    (run / RUN_FILE).write_text(json.dumps(run_axes(load_run(run).config, {"variant": variant})))
+
+
+def test_ablation_rows_are_named_by_their_variant_and_the_study_by_the_setting_line(tmp_path: Path) -> None:
+    root = tmp_path / "components"
+    for variant, refine, rounds, adapter in (("no_projection", "keep_whole", 2, "outputs/train/adapter"),
+                                             ("f0", "parent_relative", 2, None),
+                                             ("full", "parent_relative", 2, "outputs/train/adapter"),
+                                             ("no_iteration", "parent_relative", 1, "outputs/train/adapter")):  # fmt: skip
+        run = make_qa_run(root / variant, "hotpotqa", 2, refine=refine, max_rounds=rounds, adapter=adapter,
+                          study="components")  # fmt: skip
+        _record_variant(run, variant)
+    md = render_study("components", find_runs([root]))
+    wide, long = md.split("<details>")
+    assert "**Fixed setting:** study = components; " in md
+    for table in (wide, long):
+        assert _header(table)[:2] == ["method", "variant"]
+        assert _column(table, "variant") == ["full", "f0", "w/o iteration", "w/o projection"]  # the reference first
+    assert "failed" not in _header(wide)  # no run lost a question
+
+
+def test_rows_of_several_studies_name_their_study(tmp_path: Path) -> None:
+    make_qa_run(tmp_path / "flat" / "run", "hotpotqa", 2, method="flat", refine="flat_top_m", m=5, study="flat")
+    make_qa_run(tmp_path / "main" / "run", "hotpotqa", 2, study="main")
+    md = render_study("flat", find_runs([tmp_path]))
+    assert _column(md, "study") == ["flat", "main"] and "study =" not in md
+
+
+def test_failed_questions_have_a_column_wherever_a_run_lost_some(tmp_path: Path) -> None:
+    make_qa_run(tmp_path / "s" / "vanilla", "hotpotqa", 2, method="vanilla", refine="keep_whole", max_rounds=1)
+    lossy = make_qa_run(tmp_path / "s" / "canopy", "hotpotqa", 2)
+    metrics = metrics_of(lossy)
+    (lossy / "metrics.json").write_text(json.dumps({**metrics, "eval/failed": 1.0}))
+    wide = render_study("s", find_runs([tmp_path / "s"])).split("<details>")[0]
+    assert _column(wide, "method") == ["vanilla", "canopy"] and _column(wide, "failed") == ["0", "1"]
+
+
+def _evidence_run(path: Path, variant: str, scorer: str, failed: int) -> Path:
+    """An evidence run folder as experiment=evidence writes it (metrics.json + run.json)."""
+    path.mkdir(parents=True)
+    metrics = {"evidence/n": 10.0, "evidence/failed": float(failed), "evidence/answer_recall": 0.5,
+               "evidence/answer_recall_ci_low": 0.2, "evidence/answer_recall_ci_high": 0.8, "evidence/tokens": 120.0,
+               "evidence/gold_recall": 0.6, "evidence/item_recall": 0.9, "evidence/kept_ratio": 0.4}  # fmt: skip
+    (path / "metrics.json").write_text(json.dumps(metrics))
+    axes = {"mode": "evidence", "method": "evidence", "benchmark": "nq", "refine": "parent_relative", "k": 5, "B": 2,
+            "scorer": scorer, "variant": variant, "study": "evidence"}  # fmt: skip
+    (path / RUN_FILE).write_text(json.dumps(axes))
+    return path
+
+
+def test_evidence_rows_show_their_variant_and_failed_questions(tmp_path: Path) -> None:
+    _evidence_run(tmp_path / "f0", "f0", "f0", failed=2)
+    _evidence_run(tmp_path / "full", "full", "fθ", failed=0)
+    md = render_study("evidence", find_runs([tmp_path]))
+    assert "**Fixed setting:** study = evidence; " in md
+    assert _header(md)[:4] == ["benchmark", "method", "variant", "n"]
+    assert _column(md, "variant") == ["f0", "full"] and _column(md, "failed") == ["2", "0"]

@@ -23,20 +23,35 @@ _WS = " \t\r\n"
 
 
 class DataFormatError(ValueError):
-    """Malformed benchmark input: names the file, the record (index and id when known) and the problem."""
+    """Malformed benchmark input: names the file, the record (JSONL line, else index; id when known) and the problem."""
 
     def __init__(
-        self, path: str | Path, message: str, record: int | None = None, record_id: Any = None
+        self,
+        path: str | Path,
+        message: str,
+        record: int | None = None,
+        record_id: Any = None,
+        line: int | None = None,
     ) -> None:
         self.path = str(path)
         self.record = record
         self.record_id = record_id
+        self.line = line
         where = self.path
-        if record is not None:
+        if line is not None:  # what an editor shows: the line, not the record's position among non-blank lines
+            where += f", line {line}"
+        elif record is not None:
             where += f", record {record}"
         if record_id is not None:
             where += f" (id {record_id!r})"
         super().__init__(f"{where}: {message}")
+
+
+class RecordError(ValueError):
+    """A wrong field inside one record; the message names the field (``items[1].gold_spans[0]: ...``).
+
+    ``record_guard`` turns it into a ``DataFormatError`` that adds file and record.
+    """
 
 
 def open_text(path: str | Path) -> IO[str]:
@@ -56,17 +71,18 @@ def _is_jsonl(path: Path) -> bool:
     return name.endswith((".jsonl", ".ndjson"))
 
 
-def _first_char(f: IO[str]) -> tuple[str, str]:
-    """Skip leading whitespace; return (first non-space char, what was read so far after the whitespace)."""
+def _first_char(f: IO[str]) -> tuple[str, str, int]:
+    """Skip leading whitespace; return (first non-space char, what was read so far after the whitespace,
+    number of line breaks skipped)."""
     buf = ""
     while True:
         chunk = f.read(4096)
         if not chunk:
-            return "", ""
+            return "", "", 0
         buf += chunk
         stripped = buf.lstrip(_WS)
         if stripped:
-            return stripped[0], stripped
+            return stripped[0], stripped, buf[: len(buf) - len(stripped)].count("\n")
 
 
 def iter_json_array(f: IO[str], path: str | Path, start: str = "") -> Iterator[Any]:
@@ -123,6 +139,12 @@ def iter_records(path: str | Path) -> Iterator[Any]:
     decide what the object means, e.g. HF dict-of-lists columns). Truncated gzip
     streams and malformed lines raise ``DataFormatError`` naming file and record.
     """
+    for _, obj in iter_located_records(path):
+        yield obj
+
+
+def iter_located_records(path: str | Path) -> Iterator[tuple[int | None, Any]]:
+    """``iter_records`` with each record's 1-based line number (JSONL; None for JSON elements)."""
     p = Path(path)
     index = 0
     try:
@@ -137,13 +159,13 @@ def iter_records(path: str | Path) -> Iterator[Any]:
                         raise DataFormatError(
                             p, f"line {lineno} is not valid JSON ({err.msg})", record=index
                         ) from err
-                    yield obj
+                    yield lineno, obj
                     index += 1
                 return
-            first, start = _first_char(f)
+            first, start, blank_lines = _first_char(f)
             if first == "[":
                 for obj in iter_json_array(f, p, start):
-                    yield obj
+                    yield None, obj
                     index += 1
             elif first == "{":
                 rest = start + f.read()
@@ -152,9 +174,9 @@ def iter_records(path: str | Path) -> Iterator[Any]:
                 except json.JSONDecodeError as err:
                     raise DataFormatError(p, f"invalid or truncated JSON ({err.msg})") from err
                 if rest[end:].strip():  # JSONL written with a .json name
-                    yield from _jsonl_text(rest, p)
+                    yield from _jsonl_text(rest, p, first_line=blank_lines + 1)
                     return
-                yield obj
+                yield None, obj
             elif first:
                 raise DataFormatError(p, f"expected JSON or JSONL, file starts with {first!r}")
     except (EOFError, zlib.error, gzip.BadGzipFile) as err:
@@ -163,12 +185,16 @@ def iter_records(path: str | Path) -> Iterator[Any]:
         raise DataFormatError(p, f"not UTF-8 text ({err.reason})", record=index) from err
 
 
-def _jsonl_text(text: str, path: Path) -> Iterator[Any]:
-    for index, line in enumerate(x for x in text.splitlines() if x.strip()):
+def _jsonl_text(text: str, path: Path, first_line: int = 1) -> Iterator[tuple[int, Any]]:
+    index = 0
+    for lineno, line in enumerate(text.splitlines(), first_line):
+        if not line.strip():
+            continue
         try:
-            yield json.loads(line)
+            yield lineno, json.loads(line)
         except json.JSONDecodeError as err:
-            raise DataFormatError(path, f"not valid JSON ({err.msg})", record=index) from err
+            raise DataFormatError(path, f"not valid JSON ({err.msg})", record=index, line=lineno) from err
+        index += 1
 
 
 def load_json(path: str | Path) -> Any:
@@ -191,12 +217,18 @@ _RECORD_ERRORS = (KeyError, TypeError, ValueError, IndexError, AttributeError)
 
 @contextlib.contextmanager
 def record_guard(
-    path: str | Path, index: int, record: Any, skipped: Counter | None = None, strict: bool = True
+    path: str | Path,
+    index: int,
+    record: Any,
+    skipped: Counter | None = None,
+    strict: bool = True,
+    line: int | None = None,
 ) -> Iterator[None]:
     """Turn a shape error while parsing one record into ``DataFormatError(file, record)``.
 
     With ``strict=False`` the record is counted as ``skipped["malformed"]`` and the
-    error is swallowed, so the caller's loop moves on to the next record.
+    error is swallowed, so the caller's loop moves on to the next record. ``line``: the
+    record's line in a JSONL file, named instead of its index.
     """
     try:
         yield
@@ -208,11 +240,16 @@ def record_guard(
             rid = next(
                 (record[k] for k in ("_id", "id", "qid", "question_id", "uid", "index") if k in record), None
             )
-        msg = f"missing key {err}" if isinstance(err, KeyError) else f"{type(err).__name__}: {err}"
+        if isinstance(err, KeyError):
+            msg = f"missing key {err}"
+        elif isinstance(err, RecordError):
+            msg = str(err)
+        else:
+            msg = f"{type(err).__name__}: {err}"
         if not strict and skipped is not None:
             skipped["malformed"] += 1
             return
-        raise DataFormatError(path, msg, record=index, record_id=rid) from err
+        raise DataFormatError(path, msg, record=index, record_id=rid, line=line) from err
 
 
 def require(record: Any, key: str, kind: type | tuple[type, ...]) -> Any:

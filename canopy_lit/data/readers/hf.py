@@ -27,7 +27,7 @@ import hashlib
 import json
 import os
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,8 +88,13 @@ def _rows(label: Path, ds: Iterable[Any]) -> Iterator[Any]:
         index += 1
 
 
-def open_sources(path: str | Path) -> list[Source]:
-    """(label named in errors, split or None, records) for every split or file under ``path``."""
+def open_sources(path: str | Path, split_of: Callable[[str], str | None] | None = None) -> list[Source]:
+    """(label named in errors, split or None, records) for every split or file under ``path``.
+
+    ``split_of``: split of a DatasetDict key or a file / folder name (default: the benchmarks' rule,
+    train -> train, dev / validation / test -> test).
+    """
+    split_of = split_of or _split
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"Hugging Face dataset not found: {p}")
@@ -102,9 +107,9 @@ def open_sources(path: str | Path) -> list[Source]:
                 p, f"not a readable save_to_disk folder ({type(err).__name__}: {err})"
             ) from err
         if isinstance(ds, datasets.DatasetDict):
-            return [(p / f"[{name}]", _split(name), _rows(p / f"[{name}]", d)) for name, d in ds.items()]
+            return [(p / f"[{name}]", split_of(name), _rows(p / f"[{name}]", d)) for name, d in ds.items()]
         # A bare Dataset often has no split recorded: the folder name may still say train / validation.
-        return [(p, _split(str(ds.split)) if ds.split is not None else hotpotqa.file_split(p), _rows(p, ds))]
+        return [(p, split_of(str(ds.split) if ds.split is not None else p.name), _rows(p, ds))]
     files = (
         [p]
         if p.is_file()
@@ -119,7 +124,7 @@ def open_sources(path: str | Path) -> list[Source]:
             ds = datasets.load_dataset(builder, data_files=str(f), split="train", streaming=True)
         except Exception as err:
             raise DataFormatError(f, f"not a readable {builder} file ({type(err).__name__}: {err})") from err
-        out.append((f, hotpotqa.file_split(f), _rows(f, ds)))
+        out.append((f, split_of(f.name), _rows(f, ds)))
     return out
 
 

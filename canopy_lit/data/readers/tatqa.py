@@ -29,20 +29,18 @@ from typing import Any
 from canopy_lit.data.base import Benchmark
 from canopy_lit.data.readers._gold import locate_sentences, numbers_in
 from canopy_lit.data.readers._io import iter_records, record_guard, require
+from canopy_lit.numbers import as_number
 from canopy_lit.types import Item, Modality, Question, Table
 
 _MAX_HEADER_ROWS = 3
 _OPERAND = re.compile(r"\d[\d,]*(?:\.\d+)?")
 
 
-_BARE_NUMBER = re.compile(r"^[\s$€£¥(]*[-–]?\s*\d[\d,]*(?:\.\d+)?\s*%?\)?\s*$")
-
-
 def _header_like(row: list[str]) -> bool:
     """No value cell is a bare number other than a year ('', '2019', 'Years Ended September 30,', '2019 €m')."""
     for cell in row[1:]:
         cell = str(cell)
-        if _BARE_NUMBER.match(cell):
+        if as_number(cell) is not None:
             x = numbers_in(cell)
             if not (len(x) == 1 and x[0].is_integer() and 1900 <= x[0] <= 2100):
                 return False

@@ -1,3 +1,3 @@
-from canopy_lit.training.losses.pairwise_ranking import PairwiseRankingLoss, pairwise_ranking_loss
+from canopy_lit.training.losses.pairwise_ranking import PairwiseRankingLoss, pair_costs, pairwise_ranking_loss
 
-__all__ = ["PairwiseRankingLoss", "pairwise_ranking_loss"]
+__all__ = ["PairwiseRankingLoss", "pair_costs", "pairwise_ranking_loss"]

@@ -2,8 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import nn
+
+
+def pair_costs(
+    pair_kind: torch.Tensor, costs: Mapping[int, float], dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """(N, P) per-pair costs c_k for :func:`pairwise_ranking_loss`'s ``pair_weight``, chosen by pair kind.
+
+    Args:
+        pair_kind: (N, P) integer kind code of each pair (e.g. ``canopy_lit.supervision.PairKind``).
+        costs: kind code -> cost c > 0; pairs of any other kind (padding included) cost 1.
+        dtype: of the result (the scores' dtype).
+
+    Relations:
+        c_k = 1 + Σ_kind (costs[kind] − 1) · [kind_k = kind]: each pair has one kind, so one term applies.
+    """
+    out = torch.ones(pair_kind.shape, dtype=dtype, device=pair_kind.device)
+    for kind, cost in costs.items():
+        out = out + (cost - 1.0) * (pair_kind == kind).to(dtype)
+    return out
 
 
 def pairwise_ranking_loss(

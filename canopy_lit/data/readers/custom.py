@@ -1,0 +1,427 @@
+"""Your own benchmark without code: questions, their items and gold spans in JSONL / JSON, or a Hugging Face
+dataset saved on disk (``data=custom data.path=FILE``; field reference: docs/how-to/custom-data.md).
+
+One record per question::
+
+    {"id": "q1", "question": "Where is the Eiffel Tower?", "answers": ["Paris"], "split": "test",
+     "items": [
+       {"id": "p1", "title": "Eiffel Tower", "text": "The Eiffel Tower is in Paris. ...",
+        "gold_spans": ["is in Paris"]},
+       {"id": "t1", "title": "Towers", "table": {"header": ["name", "city"], "rows": [["Eiffel", "Paris"]]},
+        "gold_leaves": [0]},
+       {"id": "i1", "title": "Photo", "image": "img/tower.jpg", "caption": "the tower at night"},
+       {"id": "v1", "video": {"path": "clips/tour.mp4", "start": 0, "end": 120}, "gold_times": [[30, 45]]}]}
+
+Items: exactly one payload (``text`` or ``sentences``, ``table``, ``image``, ``video``); the modality follows
+from it. Gold of an item: ``gold_spans`` (strings), ``gold_offsets`` (``[start, end)`` characters),
+``gold_leaves`` (leaf indices), ``gold_times`` (video seconds), or ``gold: true`` (the whole item, no span);
+spans become leaf indices with ``_gold.gold_leaves``, and a span that is not found is an error. An item
+entry that is only an id (a string, or ``{"id", gold fields}``) reuses an item defined in an earlier
+record. Splits: the record's ``split`` field, else the file or DatasetDict split name (train; val, dev,
+validation; test), else the hash split of ``canopy_lit.data.splits``. Any malformed record is one
+``DataFormatError`` naming the file, the line (JSONL) or record index, the question id and the field.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from canopy_lit.data.base import Benchmark
+from canopy_lit.data.readers import hf
+from canopy_lit.data.readers._gold import gold_leaves
+from canopy_lit.data.readers._io import (
+    DataFormatError,
+    RecordError,
+    iter_located_records,
+    record_guard,
+)
+from canopy_lit.hierarchy import video_duration
+from canopy_lit.types import Item, Leaf, Modality, Question, Table, VideoRef
+
+QUESTION_FIELDS = ("id", "question", "answers", "answer", "golden_answers", "choices", "split", "doc", "items",
+                   "meta")  # fmt: skip
+ITEM_FIELDS = ("id", "title", "modality", "text", "sentences", "table", "image", "caption", "video", "gold",
+               "gold_spans", "gold_offsets", "gold_leaves", "gold_times", "meta")  # fmt: skip
+PAYLOADS = {"text": Modality.TEXT, "sentences": Modality.TEXT, "table": Modality.TABLE,
+            "image": Modality.IMAGE, "video": Modality.VIDEO}  # fmt: skip
+# Which span fields fit which modality (gold_leaves fits all).
+_SPAN_FIELDS = {
+    "gold_spans": (Modality.TEXT, Modality.TABLE),
+    "gold_offsets": (Modality.TEXT,),
+    "gold_times": (Modality.VIDEO,),
+    "gold_leaves": tuple(Modality),
+}
+SPLIT_NAMES = {
+    "train": "train",
+    "val": "val",
+    "dev": "val",
+    "validation": "val",
+    "valid": "val",
+    "test": "test",
+}
+_FILES = (".jsonl", ".json", ".ndjson", ".jsonl.gz", ".json.gz", ".ndjson.gz")
+
+Located = tuple[int, int | None, Any]  # (record index, JSONL line or None, record)
+
+
+def split_of(name: str) -> str | None:
+    """The split a file, folder or DatasetDict key names by its last word (``train``, ``my_data.val.jsonl``,
+    ``validation``); None when that word is no split name (``latest.jsonl`` is not a test file)."""
+    stem = Path(name.strip("[]")).name.lower()
+    for suffix in (".gz", ".jsonl", ".json", ".ndjson", ".parquet", ".arrow"):
+        stem = stem.removesuffix(suffix)
+    words = [w for w in stem.replace("-", "_").replace(".", "_").split("_") if w]
+    return SPLIT_NAMES.get(words[-1]) if words else None
+
+
+def read(
+    path: Path, name: str = "custom", strict: bool = True, media_root: str | Path | None = None
+) -> Benchmark:
+    """Read a custom benchmark.
+
+    Args:
+        path: a ``.jsonl`` / ``.json`` file (``.gz`` or not), a folder of them (one split per file:
+            ``train.jsonl``, ``val.jsonl``, ``test.jsonl``), a Hugging Face ``save_to_disk`` folder
+            (``Dataset`` or ``DatasetDict``) or ``.parquet`` file(s).
+        name: benchmark name (tables, ``Question.benchmark``) and item-id prefix (``<name>:<item id>``).
+        strict: raise on a malformed record (default) or count it as ``skipped["malformed"]``.
+        media_root: folder that relative ``image`` / ``video.path`` resolve under (default: the folder of
+            the data file; the dataset folder itself for a folder).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"custom benchmark not found: {path} (data.path)")
+    root = Path(media_root) if media_root is not None else path if path.is_dir() else path.parent
+    skipped: Counter = Counter()
+    bench = Benchmark(
+        name, [], {}, {}, skipped, {"path": str(path), "reader": "custom", "media_root": str(root)}
+    )
+    parser = _Parser(bench, root)
+    for label, split, records in _sources(path):
+        for index, line, rec in records:
+            with record_guard(label, index, rec, skipped, strict, line=line):
+                parsed = parser.question(rec, split, label, index, line)
+                if parsed is not None:
+                    bench.add_question(*parsed)
+    if not bench.questions and not skipped:
+        raise DataFormatError(path, "no records")
+    return bench
+
+
+def _sources(path: Path) -> Iterator[tuple[Path, str | None, Iterable[Located]]]:
+    """(label named in errors, split of the file or DatasetDict key, located records) per source."""
+    if hf.is_hf_dataset(path):
+        for label, split, rows in hf.open_sources(path, split_of):
+            yield label, split, ((i, None, rec) for i, rec in enumerate(rows))
+        return
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file() and p.name.lower().endswith(_FILES))
+        if not files:
+            raise FileNotFoundError(
+                f"no .jsonl / .json files, save_to_disk folder or .parquet files in {path}"
+            )
+    else:
+        files = [path]
+    for file in files:
+        yield (
+            file,
+            split_of(file.name),
+            ((i, line, rec) for i, (line, rec) in enumerate(iter_located_records(file))),
+        )
+
+
+def _fail(field: str, message: str) -> RecordError:
+    return RecordError(f"{field}: {message}" if field else message)
+
+
+def _nearest(key: str, known: Iterable[str]) -> str:
+    hit = difflib.get_close_matches(key, list(known), n=1)
+    return f" (did you mean {hit[0]!r}?)" if hit else ""
+
+
+def _check_keys(obj: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
+    # Arrow fills fields a record lacks with None: only keys with a value are the record's own.
+    for key in obj:
+        if key not in known and obj[key] is not None:
+            raise _fail(
+                where + str(key), f"unknown field{_nearest(str(key), known)}; known: {', '.join(known)}"
+            )
+
+
+def _string(value: Any, field: str, allow_empty: bool = False) -> str:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise _fail(field, f"expected a string, got {type(value).__name__}")
+    text = str(value)
+    if not allow_empty and not text.strip():
+        raise _fail(field, "is empty")
+    return text
+
+
+def _strings(value: Any, field: str) -> list[str]:
+    if not isinstance(value, list):
+        raise _fail(field, f"expected a list of strings, got {type(value).__name__}")
+    return [_string(v, f"{field}[{i}]", allow_empty=True) for i, v in enumerate(value)]
+
+
+def _number(value: Any, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _fail(field, f"expected a number, got {type(value).__name__}")
+    return float(value)
+
+
+class _Parser:
+    """Records -> ``Question``s; items are created once by id and must not change between records."""
+
+    def __init__(self, bench: Benchmark, media_root: Path) -> None:
+        self.bench = bench
+        self.media_root = media_root
+        self.defined_at: dict[str, str] = {}  # item id -> where it was first defined (for clash messages)
+        self.leaf_cache: dict[str, list[Leaf]] = {}
+        self.count = 0  # running record number: the default question id, unique across files and splits
+
+    def question(
+        self, rec: Any, source_split: str | None, label: Path, index: int, line: int | None
+    ) -> tuple[Question, list[str]] | None:
+        """The record's question and the ids of its items; None for a repeated question id (counted)."""
+        self.count += 1
+        if not isinstance(rec, dict):
+            raise _fail("", f"a record is a JSON object, got {type(rec).__name__}")
+        _check_keys(rec, QUESTION_FIELDS, "")
+        qid = _string(rec["id"], "id") if rec.get("id") is not None else str(self.count - 1)
+        if self.bench.repeats_question(qid):  # before its items join the pool
+            return None
+        if "question" not in rec or rec["question"] is None:
+            raise _fail("question", "missing")
+        text = _string(rec["question"], "question")
+        answers = self._answers(rec)
+        choices = _strings(rec["choices"], "choices") if rec.get("choices") is not None else None
+        split = source_split
+        if rec.get("split") is not None:
+            given = _string(rec["split"], "split").lower()
+            if given not in SPLIT_NAMES:
+                raise _fail("split", f"{rec['split']!r} is not one of {', '.join(SPLIT_NAMES)}")
+            split = SPLIT_NAMES[given]
+        entries = rec.get("items")
+        if entries is None:
+            entries = []
+        if not isinstance(entries, list):
+            raise _fail("items", f"expected a list of items, got {type(entries).__name__}")
+        where = f"{label.name}, line {line}" if line is not None else f"{label.name}, record {index}"
+        gold: dict[str, list[int]] = {}
+        candidates: list[str] = []
+        for i, entry in enumerate(entries):
+            item_id, leaves = self._item(entry, f"items[{i}]", where)
+            if item_id not in candidates:
+                candidates.append(item_id)
+            if leaves is not None:
+                gold[item_id] = sorted(set(gold.get(item_id, [])) | set(leaves))
+        meta: dict[str, Any] = {}
+        if rec.get("meta") is not None:
+            if not isinstance(rec["meta"], dict):
+                raise _fail("meta", f"expected an object, got {type(rec['meta']).__name__}")
+            meta.update(rec["meta"])
+        doc = rec.get("doc")
+        if doc is not None:
+            docs = [doc] if isinstance(doc, str) else doc
+            if not isinstance(docs, list) or not all(isinstance(d, str) and d for d in docs):
+                raise _fail("doc", "expected a document id (string) or a list of them")
+            meta["doc"] = [f"{self.bench.name}:doc:{d}" for d in docs]
+        else:
+            meta["doc"] = sorted(gold) or candidates[:1]
+        if split is not None:
+            meta["split"] = split
+        meta["file"] = label.name
+        return Question(qid, text, answers, self.bench.name, gold, choices, meta), candidates
+
+    @staticmethod
+    def _answers(rec: dict[str, Any]) -> list[str]:
+        given = [k for k in ("answers", "answer", "golden_answers") if rec.get(k) is not None]
+        if len(given) > 1:
+            raise _fail(given[1], f"give the answers in one field, not in both {given[0]!r} and {given[1]!r}")
+        if not given:
+            return []
+        value = rec[given[0]]
+        if isinstance(value, list):
+            return [a for a in _strings(value, given[0]) if a.strip()]
+        return [_string(value, given[0])]
+
+    # ------------------------------------------------------------------ items
+    def _item(self, entry: Any, field: str, where: str) -> tuple[str, list[int] | None]:
+        """(global item id, gold leaves or None when the item is not gold) of one ``items[i]`` entry."""
+        if isinstance(entry, str | int) and not isinstance(entry, bool):
+            entry = {"id": entry}
+        if not isinstance(entry, dict):
+            raise _fail(field, f"an item is an object or an item id, got {type(entry).__name__}")
+        _check_keys(entry, ITEM_FIELDS, f"{field}.")
+        payloads = [k for k in PAYLOADS if entry.get(k) is not None]
+        if len(payloads) > 1:
+            raise _fail(field, f"one payload per item, got {' and '.join(payloads)}")
+        local_id = _string(entry["id"], f"{field}.id") if entry.get("id") is not None else None
+        if not payloads:
+            if local_id is None:
+                raise _fail(
+                    field, f"no payload: give one of {', '.join(PAYLOADS)} (or the id of an earlier item)"
+                )
+            item_id = f"{self.bench.name}:{local_id}"
+            if item_id not in self.bench.items:
+                raise _fail(f"{field}.id", f"{local_id!r} names no item defined so far; give its payload here "
+                            f"(one of {', '.join(PAYLOADS)})")  # fmt: skip
+            item = self.bench.items[item_id]
+        else:
+            item = self._new_item(entry, payloads[0], local_id, field)
+            known = self.bench.items.get(item.id)
+            if known is None:
+                self.bench.items[item.id] = item
+                self.defined_at[item.id] = where
+            elif known != item:
+                raise _fail(f"{field}.id", f"{local_id!r} was defined with other content at "
+                            f"{self.defined_at[item.id]}")  # fmt: skip
+            item = self.bench.items[item.id]
+        return item.id, self._gold(entry, item, field)
+
+    def _new_item(self, entry: dict[str, Any], payload: str, local_id: str | None, field: str) -> Item:
+        modality = PAYLOADS[payload]
+        if entry.get("modality") is not None:
+            named = _string(entry["modality"], f"{field}.modality").lower()
+            if named != modality.value:
+                raise _fail(
+                    f"{field}.modality", f"{named!r} but the payload is {payload!r} ({modality.value})"
+                )
+        title = (
+            _string(entry["title"], f"{field}.title", allow_empty=True)
+            if entry.get("title") is not None
+            else ""
+        )
+        meta: dict[str, Any] = {}
+        if entry.get("meta") is not None:
+            if not isinstance(entry["meta"], dict):
+                raise _fail(f"{field}.meta", f"expected an object, got {type(entry['meta']).__name__}")
+            meta.update(entry["meta"])
+        if entry.get("caption") is not None:
+            if modality != Modality.IMAGE:
+                raise _fail(f"{field}.caption", "is for images (a table's caption goes in table.caption)")
+            meta["caption"] = _string(entry["caption"], f"{field}.caption", allow_empty=True)
+        value = entry[payload]
+        kwargs: dict[str, Any] = {}
+        if payload == "text":
+            kwargs["text"] = _string(value, f"{field}.text")
+        elif payload == "sentences":
+            sentences = _strings(value, f"{field}.sentences")
+            if not any(s.strip() for s in sentences):
+                raise _fail(f"{field}.sentences", "has no non-empty sentence")
+            kwargs["sentences"] = [s.strip() for s in sentences]
+        elif payload == "table":
+            kwargs["table"] = self._table(value, f"{field}.table")
+        elif payload == "image":
+            kwargs["image"] = str(self._media(value, f"{field}.image"))
+        else:
+            kwargs["video"] = self._video(value, f"{field}.video")
+        body = json.dumps({"title": title, **{k: _plain(v) for k, v in kwargs.items()}}, sort_keys=True)
+        local_id = local_id or hashlib.sha1(body.encode()).hexdigest()[:12]  # same content, same item
+        return Item(f"{self.bench.name}:{local_id}", modality, title=title, meta=meta, **kwargs)
+
+    @staticmethod
+    def _table(value: Any, field: str) -> Table:
+        if not isinstance(value, dict):
+            raise _fail(field, f"expected {{'header': [...], 'rows': [[...]]}}, got {type(value).__name__}")
+        _check_keys(value, ("header", "rows", "caption"), f"{field}.")
+        rows = value.get("rows")
+        if not isinstance(rows, list) or not rows:
+            raise _fail(f"{field}.rows", "expected a non-empty list of rows (lists of cells)")
+        cells = []
+        for r, row in enumerate(rows):
+            if not isinstance(row, list):
+                raise _fail(f"{field}.rows[{r}]", f"expected a list of cells, got {type(row).__name__}")
+            cells.append(["" if c is None else _string(c, f"{field}.rows[{r}][{c_i}]", allow_empty=True)
+                          for c_i, c in enumerate(row)])  # fmt: skip
+        header = _strings(value["header"], f"{field}.header") if value.get("header") is not None else []
+        caption = (
+            _string(value["caption"], f"{field}.caption", True) if value.get("caption") is not None else ""
+        )
+        return Table(header, cells, caption)
+
+    def _media(self, value: Any, field: str) -> Path:
+        ref = Path(_string(value, field))
+        file = ref if ref.is_absolute() else self.media_root / ref
+        if not file.is_file():
+            raise _fail(
+                field, f"file not found: {file} (relative paths resolve under media_root={self.media_root})"
+            )
+        return file
+
+    def _video(self, value: Any, field: str) -> VideoRef:
+        if isinstance(value, str):
+            value = {"path": value}
+        if not isinstance(value, dict):
+            raise _fail(field, f"expected a path or {{'path', 'start', 'end'}}, got {type(value).__name__}")
+        _check_keys(value, ("path", "start", "end"), f"{field}.")
+        if value.get("path") is None:
+            raise _fail(f"{field}.path", "missing")
+        file = self._media(value["path"], f"{field}.path")
+        start = _number(value["start"], f"{field}.start") if value.get("start") is not None else 0.0
+        if value.get("end") is not None:
+            end = _number(value["end"], f"{field}.end")
+        else:
+            try:
+                end = video_duration(str(file))
+            except Exception as err:  # decoders raise many types: the record names the file either way
+                raise _fail(
+                    f"{field}.path", f"cannot read the video's duration ({err}); give video.end"
+                ) from err
+        if not 0 <= start < end:
+            raise _fail(field, f"clip bounds must satisfy 0 <= start < end, got start={start:g}, end={end:g}")
+        return VideoRef(str(file), start, end)
+
+    # ------------------------------------------------------------------ gold
+    def _gold(self, entry: dict[str, Any], item: Item, field: str) -> list[int] | None:
+        flag = entry.get("gold")
+        if flag is not None and not isinstance(flag, bool):
+            raise _fail(f"{field}.gold", f"expected true or false, got {flag!r} (spans go in gold_spans, "
+                        "gold_offsets, gold_leaves or gold_times)")  # fmt: skip
+        given = {k: entry[k] for k in _SPAN_FIELDS if entry.get(k) is not None}
+        if flag is False and any(given.values()):
+            raise _fail(f"{field}.gold", f"false, but {', '.join(given)} mark(s) gold spans")
+        leaves: set[int] = set()
+        for key, spans in given.items():
+            if item.modality not in _SPAN_FIELDS[key]:
+                fits = " or ".join(m.value for m in _SPAN_FIELDS[key])
+                raise _fail(f"{field}.{key}", f"is for {fits} items; this item is {item.modality.value}")
+            if not isinstance(spans, list):
+                raise _fail(f"{field}.{key}", f"expected a list, got {type(spans).__name__}")
+            for j, span in enumerate(spans):
+                leaves.update(self._span(item, key, span, f"{field}.{key}[{j}]"))
+        if leaves:
+            return sorted(leaves)
+        if flag:
+            # Whole-item gold without a span: an image is its one leaf; other items are whole-gold ([]).
+            return [0] if item.modality == Modality.IMAGE else []
+        return None
+
+    def _span(self, item: Item, key: str, span: Any, field: str) -> list[int]:
+        if key == "gold_spans":
+            span = _string(span, field)
+        elif key == "gold_leaves":
+            if isinstance(span, bool) or not isinstance(span, int):
+                raise _fail(field, f"expected a leaf index (int), got {span!r}")
+        elif not (isinstance(span, list) and len(span) == 2):
+            unit = "character offsets" if key == "gold_offsets" else "seconds"
+            raise _fail(field, f"expected [start, end] in {unit}, got {span!r}")
+        try:
+            return gold_leaves(item, [span], self.leaf_cache)
+        except ValueError as err:
+            raise _fail(field, str(err)) from err
+
+
+def _plain(value: Any) -> Any:
+    """A payload as JSON for the content hash of an item without an id."""
+    if isinstance(value, Table):
+        return {"header": value.header, "rows": value.rows, "caption": value.caption}
+    if isinstance(value, VideoRef):
+        return {"path": value.path, "start": value.start, "end": value.end}
+    return value

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs a fixed set of small runs into OUT, so two checkouts can be compared output for output:
+#   bash scripts/same_outputs.sh OUT_A          # in checkout A (e.g. a worktree of the last release)
+#   bash scripts/same_outputs.sh OUT_B          # in checkout B
+#   python scripts/same_outputs.py OUT_A OUT_B  # every metric and per-question row equal, timings aside
+# The set: QA with the critic loop (llama.cpp SmolLM2), the refinement probe, the evidence evaluation
+# (CANOPY fθ and flat at matched tokens), CARVE's method comparison and a training fast_dev_run.
+set -euo pipefail
+OUT=$(realpath -m "${1:?usage: same_outputs.sh OUT}")
+PY=${PYTHON:-python}
+ADAPTER=experiments/runs/recipe/base/adapter
+mkdir -p "$OUT"
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+$PY evaluate.py data=hotpotqa data.split=test method=canopy llm=llamacpp_smollm2 retriever=candidates \
+  retrieval.k=3 limit=3 encoder=minilm encoder.adapter=$ADAPTER progress=false hydra.run.dir="$OUT/qa"
+$PY evaluate.py experiment=probe data=hotpotqa limit=20 encoder.adapter=$ADAPTER progress=false \
+  hydra.run.dir="$OUT/probe"
+for refine in parent_relative flat_matched; do
+  $PY evaluate.py experiment=evidence data=ottqa limit=20 refine=$refine encoder.adapter=$ADAPTER \
+    progress=false hydra.run.dir="$OUT/evidence_$refine"
+done
+$PY -m canopy_lit.carve compare --triples data/fixtures/vragbench_bundled_clips.jsonl \
+  --video-root data/media/video --out "$OUT/carve" llm=llamacpp_smollm2 llm.n_threads=1 \
+  carve/summariser=captions carve.summariser.path=data/fixtures/vragbench_bundled_captions.jsonl
+$PY train.py experiment=quickstart debug=fdr logger=csv paths.output_dir="$OUT/train" \
+  hydra.run.dir="$OUT/train" 2>&1 | tee "$OUT/train.log"
