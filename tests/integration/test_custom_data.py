@@ -98,7 +98,8 @@ def test_probe_on_custom_jsonl_equals_the_bundled_reader(tmp_path, jsonl, nodes)
     assert _probe_numbers(custom) == _probe_numbers(bundled)
 
 
-@pytest.mark.parametrize("source", ["jsonl", "saved_hf"])
+# The saved-HF variants run the same stages over the same records as the JSONL ones: the slow tier holds them.
+@pytest.mark.parametrize("source", ["jsonl", pytest.param("saved_hf", marks=pytest.mark.slow)])
 def test_custom_data_runs_probe_evidence_and_qa(tmp_path, nodes, source, request) -> None:
     path = request.getfixturevalue(source)
     data = ["data=custom", f"data.path={path}", "data.name=my_qa", "data.reader=custom"]
@@ -123,7 +124,7 @@ def _test_ids(path: Path) -> list[str]:
     return [q.id for q in load_split("custom", str(path), "test")[1]]
 
 
-@pytest.mark.parametrize("source", ["jsonl", "saved_hf"])
+@pytest.mark.parametrize("source", ["jsonl", pytest.param("saved_hf", marks=pytest.mark.slow)])
 def test_tiny_train_on_custom_data(tmp_path, source, request) -> None:
     path = request.getfixturevalue(source)
     out = run_script(
