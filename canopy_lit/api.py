@@ -51,6 +51,7 @@ class CompressedEvidence:
         regions: the kept regions (whole nodes the reader gets) with their node scores.
         tokens: tokens of ``blocks`` (``count_tokens``); ``item_tokens``: of the whole items.
         cut: ids of items cut or dropped by the budget.
+        block_ids: the item id of each of ``blocks`` (framework adapters map blocks back to their inputs).
     """
 
     blocks: list[str]
@@ -58,6 +59,7 @@ class CompressedEvidence:
     tokens: int
     item_tokens: int
     cut: list[str] = field(default_factory=list)
+    block_ids: list[str] = field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -152,6 +154,7 @@ class Compressor:
             tokens=capped.tokens,
             item_tokens=whole,
             cut=[b.evidence.tree.item.id for b in capped.items if b.cap != "whole"],
+            block_ids=[b.evidence.tree.item.id for b in blocks],
         )
 
     def _regions(self, question: str, blocks: Sequence[ReaderBlock]) -> list[Region]:

@@ -62,7 +62,7 @@ python -m pip install -q --upgrade pip
 install_torch
 # openai: the official client behind llm=openai (small, pure Python); wandb: logger=wandb and W&B sweeps
 # (offline without a key); optuna: the Hydra Optuna sweeper behind hparams_search=lora_optuna.
-python -m pip install -q -e ".[dev,video,openai,parallel,wandb,optuna,docs]"
+python -m pip install -q -e ".[dev,video,openai,parallel,wandb,optuna,docs,langchain,llamaindex]"
 
 # Tesseract OCR for the CPU visual describer (Debian/Ubuntu; skipped elsewhere or without root).
 if ! command -v tesseract >/dev/null 2>&1; then

@@ -1,0 +1,70 @@
+"""CANOPY inside retrieval frameworks, as optional extras over ``canopy_lit.api.Compressor``.
+
+* ``canopy_lit.integrations.langchain``: ``CanopyDocumentCompressor`` (``pip install canopy-lit[langchain]``)
+* ``canopy_lit.integrations.llamaindex``: ``CanopyNodePostprocessor`` (``pip install canopy-lit[llamaindex]``)
+
+This module imports no framework: both adapters share ``compress_passages``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from canopy_lit.api import Compressor
+
+
+@dataclass(frozen=True)
+class Passage:
+    """One retrieved chunk as a framework holds it: its text, a title (or ""), an id when it has one."""
+
+    text: str
+    title: str = ""
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class KeptPassage:
+    """What compression kept of ``passages[index]``: the evidence block, its regions and its tokens."""
+
+    index: int
+    text: str
+    regions: list[dict[str, Any]]
+    tokens: int
+
+
+def passage_ids(passages: Sequence[Passage]) -> list[str]:
+    """The passages' own ids when all are given and distinct, else their positions (ids only map back)."""
+    own = [p.id for p in passages]
+    if all(i is not None for i in own) and len(set(own)) == len(own):
+        return [str(i) for i in own]
+    return [str(i) for i in range(len(passages))]
+
+
+def compress_passages(
+    compressor: Compressor, question: str, passages: Sequence[Passage], budget: int | None = None
+) -> list[KeptPassage]:
+    """Compress ``passages`` (most relevant first) for ``question``: one entry per passage that kept
+    anything, in the passages' order. Passages without text keep nothing."""
+    ids = passage_ids(passages)
+    index_of = {item_id: i for i, item_id in enumerate(ids)}
+    items = [
+        {"id": item_id, "title": p.title, "text": p.text}
+        for item_id, p in zip(ids, passages, strict=True)
+        if p.text.strip()
+    ]
+    evidence = compressor(question, items, budget)
+    regions: dict[str, list[dict[str, Any]]] = {}
+    for region in evidence.regions:
+        regions.setdefault(region.item_id, []).append(asdict(region))
+    return [
+        KeptPassage(index_of[item_id], block, regions.get(item_id, []), compressor.count_tokens(block))
+        for item_id, block in zip(evidence.block_ids, evidence.blocks, strict=True)
+    ]
+
+
+def metadata_title(metadata: Mapping[str, Any]) -> str:
+    """A chunk's title from its metadata ("title"), "" when it has none."""
+    title = metadata.get("title")
+    return str(title) if title else ""

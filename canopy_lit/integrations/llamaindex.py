@@ -1,0 +1,87 @@
+"""LlamaIndex: ``CanopyNodePostprocessor``, CANOPY as a node postprocessor (``pip install canopy-lit[llamaindex]``).
+
+    >>> from canopy_lit.integrations.llamaindex import CanopyNodePostprocessor
+    >>> canopy = CanopyNodePostprocessor(adapter="experiments/runs/recipe/base/adapter", budget=300)
+    >>> query_engine = index.as_query_engine(node_postprocessors=[canopy])
+
+Each node is one item (its text, title: ``metadata["title"]``); each output ``NodeWithScore`` holds a copy
+of one input node with the kept evidence as its text, the input's metadata plus ``canopy_regions`` and
+``canopy_tokens``, and the input's score, in the input order. No LLM is called.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
+
+from canopy_lit.api import Compressor
+from canopy_lit.integrations import Passage, compress_passages, metadata_title
+
+# The kept regions stay out of what the LLM and the embedder see: the evidence text already holds them.
+CANOPY_KEYS = ["canopy_regions", "canopy_tokens"]
+
+
+class CanopyNodePostprocessor(BaseNodePostprocessor):
+    """Keeps the question-relevant regions of retrieved nodes (``canopy_lit.api.Compressor``).
+
+    Attributes:
+        adapter: a trained node-encoder adapter folder; None = f0 (the backbone without LoRA).
+        encoder: the backbone name (default the bundled all-MiniLM-L6-v2).
+        budget: at most this many tokens over all nodes (nodes kept in order, the first that does not fit
+            is cut, the rest dropped); None = what refinement keeps.
+        branching: B of the region trees.
+        descend_margin: δ of the refinement rule.
+
+    ``CanopyNodePostprocessor.from_compressor(c)`` shares a built ``Compressor`` (its settings win).
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    adapter: str | Path | None = None
+    encoder: str = "minilm"
+    budget: int | None = Field(default=None, ge=1)
+    branching: int = Field(default=2, ge=2)
+    descend_margin: float = 0.0
+    _compressor: Compressor | None = PrivateAttr(default=None)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "CanopyNodePostprocessor"
+
+    @classmethod
+    def from_compressor(cls, compressor: Compressor, budget: int | None = None) -> CanopyNodePostprocessor:
+        processor = cls(budget=budget)
+        processor._compressor = compressor
+        return processor
+
+    def loaded(self) -> Compressor:
+        """The compressor, its encoder loaded on the first call only."""
+        if self._compressor is None:
+            self._compressor = Compressor(self.adapter, self.encoder, self.branching, self.descend_margin)
+        return self._compressor
+
+    def _postprocess_nodes(
+        self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
+    ) -> list[NodeWithScore]:
+        if query_bundle is None:
+            raise ValueError("CanopyNodePostprocessor needs the query: postprocess_nodes(nodes, query_str=...)")
+        passages = [
+            Passage(n.node.get_content(MetadataMode.NONE), metadata_title(n.node.metadata), n.node.node_id)
+            for n in nodes
+        ]
+        out = []
+        for kept in compress_passages(self.loaded(), query_bundle.query_str, passages, self.budget):
+            source = nodes[kept.index]
+            node = TextNode(
+                id_=source.node.node_id,
+                text=kept.text,
+                metadata={**source.node.metadata, "canopy_regions": kept.regions, "canopy_tokens": kept.tokens},
+                excluded_llm_metadata_keys=[*source.node.excluded_llm_metadata_keys, *CANOPY_KEYS],
+                excluded_embed_metadata_keys=[*source.node.excluded_embed_metadata_keys, *CANOPY_KEYS],
+                relationships=source.node.relationships,
+            )
+            out.append(NodeWithScore(node=node, score=source.score))
+        return out
