@@ -117,9 +117,10 @@ echo
 python - "$OUT/train/metrics.json" "$STEPS" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1]))
-f0, ft = m.get("test/decision_accuracy_f0"), m.get("test/decision_accuracy")
-print(f"training: {m.get('train/global_step', 0):.0f} of {sys.argv[2]} steps; in-domain test decision accuracy "
-      f"(does the encoder keep the region that holds the answer?) f0 {f0:.1%} -> fθ {ft:.1%}")
+def acc(part):
+    return f"f0 {m[f'test/{part}/decision_accuracy_f0']:.1%} -> fθ {m[f'test/{part}/decision_accuracy']:.1%}"
+print(f"training: {m.get('train/global_step', 0):.0f} of {sys.argv[2]} steps. Test decision accuracy (does the encoder "
+      f"keep the region that holds the answer?): in-domain {acc('in_domain')}; TAT-QA zero-shot {acc('zero_shot')}")
 PY
 echo
 echo "LLM demonstration, $N HotpotQA test questions (Qwen2.5-1.5B as critic and reader):"
