@@ -64,6 +64,14 @@ def compress_passages(
     ]
 
 
+def loaded_compressor(owner: Any) -> Compressor:
+    """``owner``'s ``Compressor`` (its ``adapter``, ``encoder``, ``branching``, ``descend_margin`` fields), built
+    on the first call and kept in ``owner._compressor``: both adapters load the encoder once, lazily."""
+    if owner._compressor is None:
+        owner._compressor = Compressor(owner.adapter, owner.encoder, owner.branching, owner.descend_margin)
+    return owner._compressor
+
+
 def metadata_title(metadata: Mapping[str, Any]) -> str:
     """A chunk's title from its metadata ("title"), "" when it has none."""
     title = metadata.get("title")

@@ -22,7 +22,7 @@ from langchain_core.documents.compressor import BaseDocumentCompressor
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from canopy_lit.api import Compressor
-from canopy_lit.integrations import Passage, compress_passages, metadata_title
+from canopy_lit.integrations import Passage, compress_passages, loaded_compressor, metadata_title
 
 
 class CanopyDocumentCompressor(BaseDocumentCompressor):
@@ -57,9 +57,7 @@ class CanopyDocumentCompressor(BaseDocumentCompressor):
 
     def loaded(self) -> Compressor:
         """The compressor, its encoder loaded on the first call only."""
-        if self._compressor is None:
-            self._compressor = Compressor(self.adapter, self.encoder, self.branching, self.descend_margin)
-        return self._compressor
+        return loaded_compressor(self)
 
     def compress_documents(
         self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None

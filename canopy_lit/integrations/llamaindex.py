@@ -18,7 +18,7 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 
 from canopy_lit.api import Compressor
-from canopy_lit.integrations import Passage, compress_passages, metadata_title
+from canopy_lit.integrations import Passage, compress_passages, loaded_compressor, metadata_title
 
 # The kept regions stay out of what the LLM and the embedder see: the evidence text already holds them.
 CANOPY_KEYS = ["canopy_regions", "canopy_tokens"]
@@ -59,9 +59,7 @@ class CanopyNodePostprocessor(BaseNodePostprocessor):
 
     def loaded(self) -> Compressor:
         """The compressor, its encoder loaded on the first call only."""
-        if self._compressor is None:
-            self._compressor = Compressor(self.adapter, self.encoder, self.branching, self.descend_margin)
-        return self._compressor
+        return loaded_compressor(self)
 
     def _postprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
