@@ -5,8 +5,8 @@ Reads ``experiments/runs/paired/<benchmark>/<system>/predictions.jsonl`` (unpack
 system of a benchmark answered (status ok: a paired comparison), and reports per system the mean EM,
 F1, evidence tokens and LLM calls, then each difference canopy - other in EM, F1 and evidence tokens
 with a paired bootstrap 95% CI (``canopy_lit.eval.metrics.paired_bootstrap_ci``, BCa). Writes
-``experiments/tables/paired.md`` and rewrites the ``<!-- BEGIN table:paired -->`` block of README.md
-and experiments/README.md. Nothing in the table is typed by hand.
+``experiments/tables/paired.md`` and rewrites the ``<!-- BEGIN table:paired -->`` blocks (the full table,
+experiments/README.md) and ``table:paired_summary`` (F1 and two differences per benchmark, README.md). Nothing in the table is typed by hand.
 """
 
 from __future__ import annotations
@@ -28,11 +28,13 @@ from canopy_lit.eval.records import read_predictions  # noqa: E402
 from canopy_lit.report.archive import ensure_unpacked  # noqa: E402
 
 SYSTEMS = {
-    "canopy": "canopy",
+    "canopy": "canopy (δ = 0)",
+    "canopy_op": "canopy at the operating point (δ chosen on validation)",
     "no_projection": "canopy w/o projection (`refine=keep_whole`)",
     "no_iteration": "canopy w/o iteration (`loop.max_rounds=1`)",
     "vanilla": "vanilla (k = 5, whole items, one round)",
 }
+SHORT = {"canopy": "canopy δ = 0", "canopy_op": "canopy at the operating point"}
 BENCH_NAMES = {"hotpotqa": "HotpotQA", "nq": "NQ", "ottqa": "OTT-QA", "tatqa": "TAT-QA"}
 
 
@@ -54,6 +56,8 @@ def _fmt_ci(diff: float, lo: float, hi: float, scale: float = 100.0, digits: int
 def paired_rows(runs: dict[str, dict[str, dict]], n_boot: int = 2000) -> tuple[int, list[list[str]], list[list[str]]]:
     """(n, per-system rows, difference rows) of one benchmark over the questions every system answered."""
     systems = [s for s in SYSTEMS if s in runs]
+    if "canopy_op" in systems and len(runs["canopy_op"]) < min(len(runs[s]) for s in systems if s != "canopy_op"):
+        systems.remove("canopy_op")  # not yet at the others' count: the rest stays paired at its n
     common = set.intersection(*(set(runs[s]) for s in systems)) if systems else set()
     ids = sorted(common)
     n = len(ids)
@@ -72,18 +76,21 @@ def paired_rows(runs: dict[str, dict[str, dict]], n_boot: int = 2000) -> tuple[i
 
     per = [
         [SYSTEMS[s], str(n), f"{100 * col(s, 'em').mean():.1f}", f"{100 * col(s, 'f1').mean():.1f}",
+         f"{100 * col(s, 'match').mean():.1f}",
          f"{col(s, 'tokens').mean():.0f}", f"{col(s, 'calls').mean():.2f}", f"{col(s, 'prefill').mean():.0f}",
          f"{col(s, 'latency').mean():.0f}"]
         for s in systems
     ] if n else []  # fmt: skip
     diffs = []
-    if n and "canopy" in systems:
+    for mine in ("canopy", "canopy_op"):
+        if not n or mine not in systems:
+            continue
         for other in systems:
-            if other == "canopy":
+            if other in ("canopy", "canopy_op"):
                 continue
-            row = [f"canopy - {SYSTEMS[other].split(' (')[0]}"]
-            for key, scale, digits in (("em", 100.0, 1), ("f1", 100.0, 1), ("tokens", 1.0, 0)):
-                a, b = col("canopy", key), col(other, key)
+            row = [f"{SHORT[mine]} - {SYSTEMS[other].split(' (')[0]}"]
+            for key, scale, digits in (("em", 100.0, 1), ("f1", 100.0, 1), ("match", 100.0, 1), ("tokens", 1.0, 0)):
+                a, b = col(mine, key), col(other, key)
                 lo, hi = paired_bootstrap_ci(a, b, n_boot=n_boot)
                 row.append(_fmt_ci(float((a - b).mean()), lo, hi, scale, digits))
             diffs.append(row)
@@ -98,14 +105,42 @@ def render(root: Path, n_boot: int = 2000) -> str:
     for bench in sorted(data, key=lambda b: list(BENCH_NAMES).index(b) if b in BENCH_NAMES else 99):
         n, per, diffs = paired_rows(data[bench], n_boot)
         lines += [f"**{BENCH_NAMES.get(bench, bench)}** (n = {n} test questions answered by every system)", ""]
-        lines += ["| system | n | EM | F1 | evidence tokens | LLM calls | prefilled tokens | s / question |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += ["| system | n | EM | F1 | Match | evidence tokens | LLM calls | prefilled tokens | s / question |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         lines += ["| " + " | ".join(r) + " |" for r in per]
         if diffs:
-            lines += ["", "| paired difference (95% CI) | EM (points) | F1 (points) | evidence tokens |", "|---|---|---|---|"]
+            lines += ["", "| paired difference (95% CI) | EM (points) | F1 (points) | Match (points) | evidence tokens |",
+                      "|---|---|---|---|---|"]
             lines += ["| " + " | ".join(r) + " |" for r in diffs]
         lines.append("")
     lines.append("`*`: the paired bootstrap CI (BCa, 2,000 resamples) excludes 0.")
+    return "\n".join(lines) + "\n"
+
+
+def render_summary(root: Path, n_boot: int = 2000) -> str:
+    """The README's short form: per benchmark, F1 of each system and canopy - vanilla / keep-whole in F1."""
+    data = load(root)
+    if not data:
+        return f"_No paired runs under {Path(*root.parts[-3:]).as_posix()} yet: run `scripts/paired.sh`._\n"
+    cols = [s for s in SYSTEMS if any(s in runs for runs in data.values())]
+    lines = ["| benchmark | n | " + " | ".join(f"F1 {SHORT.get(s, SYSTEMS[s].split(' (')[0])}" for s in cols)
+             + " | canopy δ = 0 - vanilla: F1 (points) | canopy δ = 0 - w/o projection: F1 | evidence tokens canopy / vanilla |",
+             "|---|---|" + "---|" * (len(cols) + 3)]  # fmt: skip
+    for bench in sorted(data, key=lambda b: list(BENCH_NAMES).index(b) if b in BENCH_NAMES else 99):
+        runs = data[bench]
+        n, per, diffs = paired_rows(runs, n_boot)
+        if not n:
+            continue
+        shown = {row[0]: row for row in per}
+        f1 = [shown[SYSTEMS[s]][3] if SYSTEMS[s] in shown else "-" for s in cols]
+        diff = {row[0]: row for row in diffs}
+        vs_van = diff.get(f"{SHORT['canopy']} - vanilla", ["", "", "-"])[2]
+        vs_kw = diff.get(f"{SHORT['canopy']} - canopy w/o projection", ["", "", "-"])[2]
+        tokens = f"{shown[SYSTEMS['canopy']][5]} / {shown[SYSTEMS['vanilla']][5]}" if {SYSTEMS["canopy"], SYSTEMS["vanilla"]} <= set(shown) else "-"
+        lines.append(f"| {BENCH_NAMES.get(bench, bench)} | {n} | " + " | ".join(f1) + f" | {vs_van} | {vs_kw} | {tokens} |")
+    lines += ["", "<sub>n = test questions answered by every system shown; paired bootstrap 95% CIs (BCa), `*`: excludes 0. "
+              "Every system, EM, Match, LLM calls, prefilled tokens and seconds per question: "
+              "[experiments/README.md](experiments/README.md#paired-end-to-end-comparison-the-readmes-main-table).</sub>"]
     return "\n".join(lines) + "\n"
 
 
@@ -129,15 +164,16 @@ def generate(
     out = out if out is not None else root / "experiments" / "tables" / "paired.md"
     docs = docs if docs is not None else [root / "README.md", root / "experiments" / "README.md"]
     ensure_unpacked([runs])
-    body = render(runs, n_boot)
+    body, summary = render(runs, n_boot), render_summary(runs, n_boot)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(body, encoding="utf-8")
     written = {"table:paired": out}
     for doc in docs:
-        if doc.is_file() and replace_block(doc, "paired", body):
-            written[f"block:paired:{doc.name}"] = doc
-            if echo:
-                print(f"updated {doc}", file=sys.stderr)
+        for name, text in (("paired", body), ("paired_summary", summary)):
+            if doc.is_file() and replace_block(doc, name, text):
+                written[f"block:{name}:{doc.name}"] = doc
+                if echo:
+                    print(f"updated {doc} ({name})", file=sys.stderr)
     if echo:
         print(body)
     return written

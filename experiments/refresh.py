@@ -13,8 +13,9 @@ into ``<study>/`` first, ``canopy_lit.report.archive``) and writes:
 
 - the evidence study with fθ (``experiments/runs/evidence_ftheta``) -> ``tables/evidence_ftheta.md`` and
   ``img/evidence_ftheta_answer_recall_vs_tokens.png``;
-- ``experiments/recipe.py`` (tables/recipe.md, the recipe, margin and selection plots, experiments/recipe.md)
-  and ``experiments/paired.py`` (tables/paired.md, the ``table:paired`` blocks).
+- ``experiments/recipe.py`` (tables/recipe.md, the recipe, margin and selection plots, experiments/recipe.md),
+  ``experiments/paired.py`` (tables/paired.md, the ``table:paired`` blocks) and ``experiments/frontier.py``
+  (the frontier figure, its tables and operating point, the ``table:frontier_*`` blocks).
 
 Nothing in those blocks is typed by hand; a study without runs here keeps its block as it is (generated
 elsewhere, from the run folders its footer counts), or gets a placeholder if it has none.
@@ -48,12 +49,12 @@ from canopy_lit.report import plots  # noqa: E402
 from canopy_lit.report.archive import ensure_unpacked, unpack  # noqa: E402
 from canopy_lit.report.runs import Run, find_runs, group_studies  # noqa: E402
 from canopy_lit.report.tables import render_study, study_rows, write_csv  # noqa: E402
-from experiments import paired, recipe  # noqa: E402
+from experiments import frontier, paired, recipe  # noqa: E402
 
 log = logging.getLogger("refresh")
 
 RUNS = Path("experiments") / "runs"
-DOCS = (Path("experiments") / "README.md", Path("README.md"), Path("experiments") / "recipe.md")
+DOCS = (Path("experiments") / "README.md", Path("README.md"), Path("experiments") / "recipe.md", Path("experiments") / "frontier.md")
 OUTPUTS = (Path("experiments") / "tables", Path("experiments") / "img")
 STUDIES = ("main", "components", "branching", "k", "flat", "exclude_seen", "probe")
 # Extra rows a study's table borrows from another study: the flat sweep is compared with CANOPY.
@@ -215,6 +216,7 @@ def regenerate(
         written.update(evidence_ftheta(runs_dir, root / "experiments"))
         written.update(recipe.generate(root))
         written.update(paired.generate(root))
+        written.update(frontier.generate(root))
     return written
 
 
@@ -245,7 +247,8 @@ def check(root: Path = ROOT) -> tuple[list[str], list[str]]:
     problems: list[str] = []
     with tempfile.TemporaryDirectory(prefix="canopy-refresh-") as tmp:
         copy = Path(tmp)
-        for doc in DOCS:
+        docs = [doc for doc in DOCS if (root / doc).is_file()]
+        for doc in docs:
             (copy / doc).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(root / doc, copy / doc)
         for archive in sorted((root / RUNS).glob("*.zip")):
@@ -253,7 +256,7 @@ def check(root: Path = ROOT) -> tuple[list[str], list[str]]:
         kept: list[str] = []
         regenerate(copy, kept=kept)
         kept = [k.replace(f"{copy}{os.sep}", "") for k in kept]
-        for doc in DOCS:
+        for doc in docs:
             if not same_output(copy / doc, root / doc):
                 problems.append(f"{doc}: its generated blocks differ from what the run folders give")
         for folder in OUTPUTS:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The paired end-to-end comparison (issue: "does CANOPY give better answers from fewer tokens?"):
-# the same test questions through canopy, canopy w/o projection (refine=keep_whole), canopy w/o iteration
-# (loop.max_rounds=1) and vanilla (k = 5), retrieving from the unified corpus of every bundled benchmark
+# the same test questions through canopy (δ = 0, the paper's rule), canopy at the operating point (the δ that
+# experiments/frontier.py chose on validation for that benchmark: experiments/tables/frontier_operating_point.json),
+# canopy w/o projection (refine=keep_whole), canopy w/o iteration (loop.max_rounds=1) and vanilla (k = 5), retrieving from the unified corpus of every bundled benchmark
 # (retriever=corpus: 24,837 items), with the CPU default reader (Qwen2.5-Coder-1.5B, llama.cpp).
 # The corpus is ranked by BM25 by default (RETRIEVAL=bm25: indexed in about a minute); RETRIEVAL=default
 # ranks it with dense MiniLM f0, which first embeds the union once (about an hour of one free CPU core,
@@ -17,7 +18,7 @@
 # paired.zip, then regenerate the table with
 #   python experiments/paired.py
 # Knobs (environment): ADAPTER (required), OUT, N (default 50), STEP (default 10), BENCHMARKS
-# (default "hotpotqa nq"), THREADS (llama.cpp threads, default 1), RETRIEVAL (bm25 | default | hybrid),
+# (default "hotpotqa nq ottqa tatqa"), THREADS (llama.cpp threads, default 1), RETRIEVAL (bm25 | default | hybrid),
 # ONLY (a subset of the systems, e.g. ONLY="canopy no_projection": two such jobs side by side, one core
 # each, split one benchmark's work; the pairing is by question id, so it stays exact).
 set -euo pipefail
@@ -27,7 +28,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-experiments/runs/paired}
 N=${N:-50}
 STEP=${STEP:-10}
-BENCHMARKS=${BENCHMARKS:-hotpotqa nq}
+BENCHMARKS=${BENCHMARKS:-hotpotqa nq ottqa tatqa}
 THREADS=${THREADS:-1}
 RETRIEVAL=${RETRIEVAL:-bm25}
 PY=${PY:-.venv/bin/python}
@@ -35,8 +36,14 @@ PY=${PY:-.venv/bin/python}
 ADAPTER=$(cd "$CALLER" && realpath --relative-base="$OLDPWD" "$ADAPTER")
 [ ! -f "$OUT.zip" ] || "$PY" -m canopy_lit.report unpack --if-stale "$OUT.zip"
 
+# fθ's validation-chosen δ of one benchmark (empty without an operating point: that system is skipped)
+operating_delta() {
+  "$PY" -c 'import json, sys; print(json.load(open(sys.argv[1])).get(sys.argv[2], {}).get("fθ", {}).get("delta", ""))' \
+    experiments/tables/frontier_operating_point.json "$1" 2>/dev/null || true
+}
 SYSTEMS=(
   "canopy:method=canopy"
+  "canopy_op:method=canopy refine.descend_margin=DELTA"
   "no_projection:method=canopy refine=keep_whole"
   "no_iteration:method=canopy loop.max_rounds=1"
   "vanilla:method=vanilla"
@@ -46,9 +53,15 @@ for ((n = STEP; n <= N; n += STEP)); do
     for system in "${SYSTEMS[@]}"; do
       name=${system%%:*}
       [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $name "* ]] || continue
+      overrides=${system#*:}
+      if [[ $overrides == *DELTA* ]]; then
+        delta=$(operating_delta "$bench")
+        [ -n "$delta" ] || { echo "paired.sh: no operating point for $bench: $name skipped" >&2; continue; }
+        overrides=${overrides//DELTA/$delta}
+      fi
       # shellcheck disable=SC2086
       OMP_NUM_THREADS=1 "$PY" evaluate.py experiment=quickstart_eval data="$bench" data.split=test limit="$n" \
-        ${system#*:} retriever=corpus retrieval="$RETRIEVAL" encoder.adapter="$ADAPTER" llm.n_threads="$THREADS" progress=false \
+        $overrides retriever=corpus retrieval="$RETRIEVAL" encoder.adapter="$ADAPTER" llm.n_threads="$THREADS" progress=false \
         hydra.run.dir="$OUT/$bench/$name"
     done
   done

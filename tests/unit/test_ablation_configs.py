@@ -14,7 +14,8 @@ STUDIES = sorted(p.stem for p in (CONFIGS / "ablation").glob("*.yaml"))
 
 
 def sweep(study: str) -> dict[str, list[str]]:
-    params = yaml.safe_load((CONFIGS / "ablation" / f"{study}.yaml").read_text())["hydra"]["sweeper"]["params"]
+    hydra = yaml.safe_load((CONFIGS / "ablation" / f"{study}.yaml").read_text())["hydra"]
+    params = (hydra.get("sweeper") or {}).get("params") or {}  # none: its script passes each sweep's axes
     return {k: [v.strip() for v in str(vals).split(",")] for k, vals in params.items()}
 
 
@@ -35,7 +36,7 @@ def test_the_paper_studies_exist() -> None:
             assert (CONFIGS / "data" / f"{bench}.yaml").is_file(), f"{study}: unknown benchmark {bench}"
 
 
-@pytest.mark.parametrize("study", STUDIES)
+@pytest.mark.parametrize("study", [s for s in STUDIES if sweep(s)])
 def test_every_grid_point_composes(hydra_ctx, study: str) -> None:
     params = {k: v for k, v in sweep(study).items() if k != "data"}  # benchmarks are checked above
     # every value of every axis at least once (the full product only multiplies compose time)
@@ -97,3 +98,30 @@ def test_studies_run_in_parallel_lanes_with_the_joblib_launcher(hydra_ctx) -> No
                   return_hydra_config=True)
     assert cfg.hydra.launcher._target_ == "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"
     assert cfg.hydra.launcher.n_jobs == 2
+
+
+# scripts/frontier.sh's sweeps (one point of each): overrides -> (refiner, frozen scorer, δ or m, k)
+FRONTIER_POINTS = [
+    ("scorer=ftheta refine.descend_margin=0.04 variant=full", ("ParentRelativeRefiner", False, 0.04, 5)),
+    ("scorer=f0 refine.descend_margin=0.12 variant=flat_matched", ("FlatMatchedRefiner", True, 0.12, 5)),
+    ("scorer=ftheta refine.descend_margin=0.06 variant=full retrieval.k=10", ("ParentRelativeRefiner", False, 0.06, 10)),
+    ("variant=no_projection retrieval.k=2", ("KeepWholeRefiner", False, None, 2)),
+    ("refine=flat_top_m scorer=ftheta refine.m=8", ("FlatTopMRefiner", False, 8, 5)),
+    ("variant=extractive refine.m=20", ("ExtractiveRefiner", True, 20, 5)),
+]
+
+
+def test_the_frontier_script_sweeps_its_axes_and_every_point_composes(hydra_ctx) -> None:
+    script = (CONFIGS.parent / "scripts" / "frontier.sh").read_text()
+    assert "+ablation=frontier" in script and "experiments/frontier.py choose" in script
+    assert "data.split=val" in script  # δ is chosen on validation before any test sweep
+    for overrides, (refiner, frozen, value, k) in FRONTIER_POINTS:
+        cfg = compose("evaluate", overrides=["+ablation=frontier", "adapter=/tmp/adapter", *overrides.split()],
+                      return_hydra_config=True)  # fmt: skip
+        assert cfg.study == "frontier" and cfg.mode == "evidence" and cfg.retrieval.k == k
+        assert cfg.refine._target_.rsplit(".", 1)[-1] == refiner
+        assert cfg.encoder.adapter == "/tmp/adapter"  # both scorers name the adapter; the scorer decides
+        assert bool(cfg.scorer.frozen) is frozen
+        if value is not None:
+            assert cfg.refine.get("descend_margin", cfg.refine.get("m")) == value
+        assert "adapter" in cfg.hydra.job.config.override_dirname.exclude_keys

@@ -1,0 +1,475 @@
+"""The frontier study: answer recall against evidence tokens, from the run folders of ``scripts/frontier.sh``.
+
+    python experiments/frontier.py                    # figure, tables, the README headline block
+    python experiments/frontier.py choose             # the operating point from the validation runs
+    python experiments/frontier.py operating-points   # "benchmark scorer δ" lines (scripts/frontier.sh)
+
+Reads ``experiments/runs/frontier_val`` (validation, first 100 questions per benchmark) and
+``experiments/runs/frontier`` (full test splits), each unpacked from its archive first. Methods:
+
+- CANOPY fθ / f0 (``refine=parent_relative``) over δ (``refine.descend_margin``) at k = 5, and over k at
+  the operating point;
+- flat leaves at CANOPY's per-question tokens (``refine=flat_matched``), one point per CANOPY point;
+- flat top-m (fθ scores) and RECOMP-style extractive (f0) over m at k = 5; keep-whole over k.
+
+The operating point (``choose``): per benchmark and scorer, the δ whose validation evidence tokens are
+72-86% of keep-whole's at k = 5 (the paper's reader tokens -14 to -28%), the one nearest 79%; written to
+``experiments/tables/frontier_operating_point.json`` (rewritten from the validation runs by every
+generate, so the check of ``experiments/refresh.py`` covers it); the test runs never enter it. The three-budget table pairs,
+on the same test questions, CANOPY fθ at the δ nearest 40 / 60 / 80% of keep-whole's tokens with flat at
+its tokens (same δ, same scores) and with keep-whole at the k whose tokens are nearest CANOPY's. Every
+interval is a 95% BCa bootstrap over questions (``canopy_lit.eval.evidence_stats.compare_runs``).
+Nothing in the outputs is typed by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # runnable from a source checkout without installing
+    sys.path.insert(0, str(ROOT))
+
+from canopy_lit.eval.evidence_stats import compare_runs  # noqa: E402
+from canopy_lit.report.archive import ensure_unpacked  # noqa: E402
+
+RUNS = Path("experiments") / "runs"
+VAL, TEST = RUNS / "frontier_val", RUNS / "frontier"
+OPERATING_POINT = Path("experiments") / "tables" / "frontier_operating_point.json"
+TABLES = Path("experiments") / "tables"
+FIGURE = Path("experiments") / "img" / "frontier.png"
+DOCS = (Path("README.md"), Path("experiments") / "frontier.md")
+BENCHMARKS = {"hotpotqa": "HotpotQA", "nq": "NQ", "ottqa": "OTT-QA", "tatqa": "TAT-QA (zero-shot)"}
+# The paper's compression: reader tokens -14% to -28% of keep-whole's; aim at the middle.
+BAND, TARGET = (0.72, 0.86), 0.79
+BUDGETS = (0.4, 0.6, 0.8)
+K_REF = 5
+SCORERS = {"fθ": "ftheta", "f0": "f0"}  # run.json label -> the scorer config that made it
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run folder of the study: a method at one setting, with its metrics."""
+
+    folder: Path
+    benchmark: str
+    method: str  # canopy | flat_matched | flat_top_m | keep_whole | extractive
+    scorer: str | None  # fθ | f0 (None: not a node-scoring method)
+    delta: float | None
+    k: int
+    m: int | None
+    metrics: dict[str, float]
+
+    def metric(self, key: str) -> float:
+        return float(self.metrics.get(f"evidence/{key}", float("nan")))
+
+    @property
+    def tokens(self) -> float:
+        return self.metric("tokens")
+
+
+METHODS = {"parent_relative": "canopy", "flat_matched": "flat_matched", "flat_top_m": "flat_top_m",
+           "keep_whole": "keep_whole", "extractive": "extractive"}  # fmt: skip
+
+
+def load_points(folder: Path) -> list[Point]:
+    """Every finished run folder under ``folder`` (unpacked from ``<folder>.zip`` first)."""
+    ensure_unpacked([folder])
+    points = []
+    for run_json in sorted(folder.glob("*/run.json")):
+        run, metrics_file = json.loads(run_json.read_text()), run_json.parent / "metrics.json"
+        if not metrics_file.is_file() or run.get("refine") not in METHODS:
+            continue
+        method = METHODS[run["refine"]]
+        points.append(Point(
+            folder=run_json.parent, benchmark=run["benchmark"], method=method,
+            scorer=run.get("scorer") if method in ("canopy", "flat_matched", "flat_top_m") else None,
+            delta=float(run["descend_margin"]) if method in ("canopy", "flat_matched") else None,
+            k=int(run["k"]), m=int(run["m"]) if run.get("m") is not None else None,
+            metrics=json.loads(metrics_file.read_text()),
+        ))  # fmt: skip
+    return points
+
+
+def keep_whole(points: Sequence[Point], bench: str, k: int = K_REF) -> Point | None:
+    return next((p for p in points if p.benchmark == bench and p.method == "keep_whole" and p.k == k), None)
+
+
+def canopy_points(points: Sequence[Point], bench: str, scorer: str, method: str = "canopy") -> list[Point]:
+    """CANOPY (or flat at its tokens) over δ at k = 5, by δ."""
+    sel = [p for p in points if p.benchmark == bench and p.method == method and p.scorer == scorer and p.k == K_REF]
+    return sorted(sel, key=lambda p: p.delta or 0.0)
+
+
+# --- the operating point, from validation ---------------------------------------------------------
+
+
+def choose(points: Sequence[Point]) -> dict[str, dict[str, dict]]:
+    """benchmark -> scorer -> {delta, token_ratio, in_band, candidates}: the δ nearest TARGET of keep-whole's
+    validation tokens, preferring δs inside BAND."""
+    out: dict[str, dict[str, dict]] = {}
+    for bench in BENCHMARKS:
+        kw = keep_whole(points, bench)
+        if kw is None:
+            continue
+        for scorer in SCORERS:
+            cands = canopy_points(points, bench, scorer)
+            if not cands:
+                continue
+            ratios = {p.delta: p.tokens / kw.tokens for p in cands}
+            inside = [d for d, r in ratios.items() if BAND[0] <= r <= BAND[1]]
+            best = min(inside or ratios, key=lambda d: (abs(ratios[d] - TARGET), d))
+            out.setdefault(bench, {})[scorer] = {
+                "delta": best, "token_ratio": round(ratios[best], 4), "in_band": bool(inside),
+                "n": int(cands[0].metric("n")),
+                "candidates": {f"{d:g}": round(r, 4) for d, r in sorted(ratios.items())},
+            }  # fmt: skip
+    return out
+
+
+def write_operating_point(root: Path, chosen: dict[str, dict[str, dict]]) -> Path:
+    path = root / OPERATING_POINT
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(chosen, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
+
+
+def read_operating_point(root: Path) -> dict[str, dict[str, dict]]:
+    path = root / OPERATING_POINT
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+# --- paired comparisons on test -------------------------------------------------------------------
+
+
+def _ci(d: dict[str, float], key: str, scale: float = 100.0, digits: int = 1) -> str:
+    lo, hi = d[f"{key}_ci_low"], d[f"{key}_ci_high"]
+    star = "" if lo <= 0 <= hi else " *"
+    return f"{scale * d[key]:+.{digits}f} [{scale * lo:+.{digits}f}, {scale * hi:+.{digits}f}]{star}"
+
+
+def verdict(d: dict[str, float]) -> str:
+    if d["answer_recall_diff_ci_low"] > 0:
+        return "wins"
+    if d["answer_recall_diff_ci_high"] < 0:
+        return "loses"
+    return "ties"
+
+
+def nearest(points: Sequence[Point], tokens: float) -> Point:
+    return min(points, key=lambda p: (abs(p.tokens - tokens), p.tokens))
+
+
+def budget_rows(points: Sequence[Point]) -> list[dict]:
+    """Per benchmark and budget: CANOPY fθ vs flat at its tokens and vs keep-whole at fewer k (paired)."""
+    rows = []
+    for bench in BENCHMARKS:
+        kw, canopy = keep_whole(points, bench), canopy_points(points, bench, "fθ")
+        flats = {p.delta: p for p in canopy_points(points, bench, "fθ", "flat_matched")}
+        fewer_k = [p for p in points if p.benchmark == bench and p.method == "keep_whole" and p.k < K_REF]
+        if kw is None or not canopy:
+            continue
+        for budget in BUDGETS:
+            c = min(canopy, key=lambda p: (abs(p.tokens / kw.tokens - budget), p.delta or 0.0))
+            row = {"benchmark": bench, "budget": budget, "canopy": c, "keep_whole": kw}
+            if c.delta in flats:
+                row["flat"] = flats[c.delta]
+                row["vs_flat"] = compare_runs(c.folder, flats[c.delta].folder)
+            if fewer_k:
+                row["kw_fewer"] = kw_k = nearest(fewer_k, c.tokens)
+                row["vs_kw_fewer"] = compare_runs(c.folder, kw_k.folder)
+            rows.append(row)
+    return rows
+
+
+def operating_rows(points: Sequence[Point], chosen: dict[str, dict[str, dict]]) -> list[dict]:
+    """Per benchmark and scorer: CANOPY at the validation-chosen δ (and at δ = 0) vs keep-whole, test."""
+    rows = []
+    for bench, by_scorer in chosen.items():
+        kw = keep_whole(points, bench)
+        if kw is None:
+            continue
+        for scorer, op in by_scorer.items():
+            for delta, label in ((op["delta"], "operating point"), (0.0, "paper rule δ = 0")):
+                c = next((p for p in canopy_points(points, bench, scorer) if p.delta == delta), None)
+                if c is not None:
+                    rows.append({"benchmark": bench, "scorer": scorer, "label": label, "op": op, "canopy": c,
+                                 "keep_whole": kw, "vs_kw": compare_runs(c.folder, kw.folder)})  # fmt: skip
+    return rows
+
+
+# --- rendering ------------------------------------------------------------------------------------
+
+
+def _setting(p: Point) -> str:
+    if p.method in ("canopy", "flat_matched"):
+        return f"δ = {p.delta:g}" + (f", k = {p.k}" if p.k != K_REF else "")
+    if p.method == "keep_whole":
+        return f"k = {p.k}"
+    return f"m = {p.m}"
+
+
+LABELS = {"canopy": "CANOPY {s}", "flat_matched": "flat at CANOPY {s}'s tokens", "flat_top_m": "flat top-m ({s})",
+          "keep_whole": "keep-whole", "extractive": "extractive (f0)"}  # fmt: skip
+
+
+def method_label(p: Point) -> str:
+    return LABELS[p.method].format(s=p.scorer or "")
+
+
+def _pct(p: Point, key: str) -> str:
+    v, lo, hi = (p.metric(k) for k in (key, f"{key}_ci_low", f"{key}_ci_high"))
+    return f"{100 * v:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]"
+
+
+def render_points(points: Sequence[Point]) -> str:
+    lines = ["| benchmark | method | setting | n | answer recall [95% CI] | w/o titles/headers [95% CI] | tokens "
+             "[95% CI] | % of keep-whole k=5 |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    order = list(LABELS)
+    for bench in BENCHMARKS:
+        kw = keep_whole(points, bench)
+        sel = [p for p in points if p.benchmark == bench]
+        sel.sort(key=lambda p: (order.index(p.method), p.scorer or "", p.k, p.delta or 0.0, p.m or 0))
+        for p in sel:
+            share = f"{100 * p.tokens / kw.tokens:.0f}%" if kw else ""
+            lines.append(f"| {BENCHMARKS[bench]} | {method_label(p)} | {_setting(p)} | {int(p.metric('n'))} | "
+                         f"{_pct(p, 'answer_recall')} | {_pct(p, 'answer_recall_content')} | {p.tokens:.0f} "
+                         f"[{p.metric('tokens_ci_low'):.0f}, {p.metric('tokens_ci_high'):.0f}] | {share} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _ratio(d: dict[str, float] | None) -> str:
+    return f"{d['token_ratio']:.2f} [{d['token_ratio_ci_low']:.2f}, {d['token_ratio_ci_high']:.2f}]" if d else "-"
+
+
+def _fewer(row: dict) -> str:
+    vk = row.get("vs_kw_fewer")
+    return f"k = {row['kw_fewer'].k}, {_ci(vk, 'answer_recall_diff')}" if vk else "-"
+
+
+def render_budgets(rows: Sequence[dict]) -> str:
+    lines = ["| benchmark | budget | CANOPY fθ (δ): recall, tokens | vs flat at its tokens: Δ recall | Δ w/o "
+             "titles | vs keep-whole at fewer k: k, Δ recall | token ratio to that keep-whole | verdict (flat / "
+             "keep-whole) |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        c, kw = r["canopy"], r["keep_whole"]
+        vf, vk = r.get("vs_flat"), r.get("vs_kw_fewer")
+        lines.append(
+            f"| {BENCHMARKS[r['benchmark']]} | {100 * r['budget']:.0f}% (at {100 * c.tokens / kw.tokens:.0f}%) | "
+            f"{100 * c.metric('answer_recall'):.1f} (δ = {c.delta:g}), {c.tokens:.0f} | "
+            f"{_ci(vf, 'answer_recall_diff') if vf else '-'} | "
+            f"{_ci(vf, 'answer_recall_content_diff') if vf and 'answer_recall_content_diff' in vf else '-'} | "
+            f"{_fewer(r)} | "
+            f"{_ratio(vk)} | "
+            f"{verdict(vf) if vf else '-'} / {verdict(vk) if vk else '-'} |"
+        )  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def render_operating(rows: Sequence[dict]) -> str:
+    lines = ["| benchmark | scorer | δ | validation tokens / keep-whole | test n | answer recall (keep-whole) | "
+             "Δ recall vs keep-whole k=5 | Δ w/o titles | test tokens / keep-whole |",
+             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        c, kw, d, op = r["canopy"], r["keep_whole"], r["vs_kw"], r["op"]
+        val = op["candidates"].get(f"{c.delta:g}")
+        lines.append(
+            f"| {BENCHMARKS[r['benchmark']]} | {r['scorer']} | {c.delta:g} ({r['label']}) | "
+            f"{'-' if val is None else f'{100 * val:.0f}%'}{'' if op['in_band'] or r['label'] != 'operating point' else ' (no δ in band)'} | "
+            f"{int(d['n'])} | {100 * c.metric('answer_recall'):.1f} ({100 * kw.metric('answer_recall'):.1f}) | "
+            f"{_ci(d, 'answer_recall_diff')} | "
+            f"{_ci(d, 'answer_recall_content_diff') if 'answer_recall_content_diff' in d else '-'} | "
+            f"{100 * d['token_ratio']:.0f}% [{100 * d['token_ratio_ci_low']:.0f}, {100 * d['token_ratio_ci_high']:.0f}] |"
+        )  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+STYLE = {  # method, scorer -> colour, line style, marker
+    ("canopy", "fθ"): ("#d62728", "-", "o"), ("canopy", "f0"): ("#1f77b4", "-", "o"),
+    ("flat_matched", "fθ"): ("#d62728", "--", "x"), ("flat_matched", "f0"): ("#1f77b4", "--", "x"),
+    ("flat_top_m", "fθ"): ("#2ca02c", ":", "^"), ("keep_whole", None): ("#000000", "-", "s"),
+    ("extractive", None): ("#7f7f7f", "-.", "v"),
+}  # fmt: skip
+
+
+def plot(points: Sequence[Point], chosen: dict[str, dict[str, dict]], path: Path) -> Path | None:
+    """Answer recall (top row) and the same without titles/headers (bottom) against evidence tokens."""
+    benches = [b for b in BENCHMARKS if any(p.benchmark == b for p in points)]
+    if not benches:
+        return None
+    fig = Figure(figsize=(4.6 * len(benches), 7.6))
+    grid = fig.subplots(2, len(benches), squeeze=False)
+    for j, bench in enumerate(benches):
+        for i, key in enumerate(("answer_recall", "answer_recall_content")):
+            ax = grid[i][j]
+            for (method, scorer), (colour, ls, marker) in STYLE.items():
+                sel = [p for p in points if p.benchmark == bench and p.method == method and p.scorer == scorer]
+                if method in ("canopy", "flat_matched"):
+                    sel = [p for p in sel if p.k == K_REF]
+                if not sel:
+                    continue
+                sel.sort(key=lambda p: p.tokens)
+                xs = np.array([p.tokens for p in sel])
+                ys = np.array([100 * p.metric(key) for p in sel])
+                lo = np.array([100 * p.metric(f"{key}_ci_low") for p in sel])
+                hi = np.array([100 * p.metric(f"{key}_ci_high") for p in sel])
+                ax.plot(xs, ys, ls=ls, marker=marker, color=colour, ms=4, lw=1.3, label=method_label(sel[0]))
+                ax.fill_between(xs, lo, hi, color=colour, alpha=0.08, lw=0)
+            for scorer, by in (chosen.get(bench) or {}).items():
+                op = [p for p in canopy_points(points, bench, scorer) if p.delta == by["delta"]]
+                ks = sorted((p for p in points if p.benchmark == bench and p.method == "canopy"
+                             and p.scorer == scorer and p.delta == by["delta"]), key=lambda p: p.k)  # fmt: skip
+                colour = STYLE[("canopy", scorer)][0]
+                if len(ks) > 1:
+                    ax.plot([p.tokens for p in ks], [100 * p.metric(key) for p in ks], ls="", marker="D",
+                            mfc="none", color=colour, ms=6, label=f"CANOPY {scorer} at its δ, k = 3/5/10")  # fmt: skip
+                if op:
+                    ax.plot([op[0].tokens], [100 * op[0].metric(key)], marker="*", ms=14, color=colour,
+                            ls="", label=f"operating point {scorer} (δ = {by['delta']:g}, chosen on val)")  # fmt: skip
+            ax.set_xscale("log")
+            plain = FuncFormatter(lambda x, _: f"{x:g}")
+            ax.xaxis.set_major_formatter(plain)
+            ax.xaxis.set_minor_formatter(plain)
+            ax.tick_params(axis="x", which="minor", labelsize=7)
+            ax.grid(alpha=0.3, which="both")
+            if i == 0:
+                ax.set_title(BENCHMARKS[bench])
+            if i == 1:
+                ax.set_xlabel("evidence tokens per question (reader tokenizer, log)")
+            if j == 0:
+                ax.set_ylabel("answer recall (%)" if i == 0 else "answer recall w/o titles/headers (%)")
+    handles, labels = grid[0][0].get_legend_handles_labels()
+    for ax in grid.flat:  # every label once (a benchmark may lack a curve)
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False, bbox_to_anchor=(0.5, -0.07))
+    fig.suptitle("Answer recall vs evidence tokens: k = 5 unless marked; 95% bootstrap CIs shaded")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    return path
+
+
+def replace_block(path: Path, name: str, body: str) -> bool:
+    """Rewrite ``<!-- BEGIN table:name --> ... <!-- END table:name -->`` in ``path``; False if absent."""
+    text = path.read_text(encoding="utf-8")
+    pat = re.compile(rf"(<!-- BEGIN table:{name} -->\n).*?(<!-- END table:{name} -->)", re.S)
+    if not pat.search(text):
+        return False
+    path.write_text(pat.sub(lambda m: m.group(1) + body + m.group(2), text), encoding="utf-8")
+    return True
+
+
+def headline(budgets: Sequence[dict], operating: Sequence[dict], n_runs: int) -> str:
+    """The README's short table: per benchmark, CANOPY fθ at the operating point and at 40/60/80%."""
+    lines = ["| benchmark (test n) | keep-whole k=5: recall, tokens | CANOPY fθ at the operating point: Δ recall "
+             "vs keep-whole, tokens | CANOPY fθ vs flat at its tokens, at 40 / 60 / 80% of keep-whole |",
+             "|---|---|---|---|"]  # fmt: skip
+    for bench in BENCHMARKS:
+        op = next((r for r in operating if r["benchmark"] == bench and r["scorer"] == "fθ"
+                   and r["label"] == "operating point"), None)  # fmt: skip
+        bs = [r for r in budgets if r["benchmark"] == bench and "vs_flat" in r]
+        if op is None and not bs:
+            continue
+        kw = (op or bs[0])["keep_whole"]
+        op_cell = "-"
+        if op:
+            op_cell = (f"{_ci(op['vs_kw'], 'answer_recall_diff')} (δ = {op['canopy'].delta:g}), "
+                       f"{100 * op['vs_kw']['token_ratio']:.0f}%")  # fmt: skip
+        flat_cell = " / ".join(f"{_ci(r['vs_flat'], 'answer_recall_diff')}" for r in bs) or "-"
+        lines.append(f"| {BENCHMARKS[bench]} ({int(kw.metric('n'))}) | {100 * kw.metric('answer_recall'):.1f}, "
+                     f"{kw.tokens:.0f} | {op_cell} | {flat_cell} |")  # fmt: skip
+    lines.append("")
+    for bench in BENCHMARKS:
+        bs = [r for r in budgets if r["benchmark"] == bench]
+        if not bs:
+            continue
+        flat = ", ".join(f"{verdict(r['vs_flat'])} at {100 * r['budget']:.0f}%" for r in bs if "vs_flat" in r)
+        fewer = ", ".join(f"{verdict(r['vs_kw_fewer'])} against k = {r['kw_fewer'].k} at {100 * r['budget']:.0f}%"
+                          for r in bs if "vs_kw_fewer" in r)  # fmt: skip
+        lines.append(f"- **{BENCHMARKS[bench]}**: the tree against flat leaves at its tokens {flat or '-'}; "
+                     f"against fewer whole items {fewer or '-'}.")  # fmt: skip
+    lines += ["", f"<sub>Answer recall in %, Δ in points, paired over the same test questions with 95% BCa bootstrap "
+              f"CIs (`*`: excludes 0). δ chosen on validation (`experiments/tables/frontier_operating_point.json`). "
+              f"Generated by `python experiments/frontier.py` from {n_runs} run folders "
+              f"(`experiments/runs/frontier.zip`); details in experiments/frontier.md.</sub>"]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def generate(root: Path = ROOT, echo: bool = False) -> dict[str, Path]:
+    """Figure, tables and blocks under ``root`` from its test run folders (nothing if there are none)."""
+    test_dir = root / TEST
+    if not test_dir.exists() and not test_dir.with_suffix(".zip").exists():
+        return {}
+    val_points = load_points(root / VAL) if (root / VAL).exists() or (root / VAL).with_suffix(".zip").exists() else []
+    if val_points:  # the choice is remade from validation alone, so the check covers it too
+        write_operating_point(root, choose(val_points))
+    points, chosen = load_points(test_dir), read_operating_point(root)
+    if not points:
+        return {}
+    budgets, operating = budget_rows(points), operating_rows(points, chosen)
+    (root / TABLES).mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {"table:frontier_operating_point.json": root / OPERATING_POINT} if chosen else {}
+    bodies = {
+        "frontier_points": render_points(points),
+        "frontier_budgets": render_budgets(budgets),
+        "frontier_operating_point": render_operating(operating),
+        "frontier_headline": headline(budgets, operating, len(points)),
+    }
+    for name, body in bodies.items():
+        path = root / TABLES / f"{name}.md"
+        path.write_text(body, encoding="utf-8")
+        written[f"table:{name}"] = path
+    img = plot(points, chosen, root / FIGURE)
+    if img is not None:
+        written["plot:frontier"] = img
+    for doc in DOCS:
+        for name, body in bodies.items():
+            if (root / doc).is_file() and replace_block(root / doc, name, body):
+                written[f"block:{name}:{doc}"] = root / doc
+    if echo:
+        print(bodies["frontier_headline"])
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("command", nargs="?", default="generate", choices=("generate", "choose", "operating-points"))
+    args = ap.parse_args(argv)
+    if args.command == "choose":
+        chosen = choose(load_points(ROOT / VAL))
+        if not chosen:
+            print(f"error: no validation runs under {VAL} (run scripts/frontier.sh)", file=sys.stderr)
+            return 2
+        write_operating_point(ROOT, chosen)
+        for bench, by in chosen.items():
+            for scorer, op in by.items():
+                band = "" if op["in_band"] else " (no δ in the 72-86% band: nearest)"
+                print(f"{bench} {scorer}: δ = {op['delta']:g}, validation tokens {100 * op['token_ratio']:.0f}% "
+                      f"of keep-whole{band}")  # fmt: skip
+        print(f"wrote {OPERATING_POINT}")
+        return 0
+    if args.command == "operating-points":
+        for bench, by in read_operating_point(ROOT).items():
+            for scorer, op in by.items():
+                print(bench, SCORERS[scorer], f"{op['delta']:g}")
+        return 0
+    written = generate(ROOT, echo=True)
+    for key, path in written.items():
+        print(f"{key}: {path.relative_to(ROOT)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The frontier study (no LLM): answer recall against evidence tokens on the four bundled benchmarks.
+#   1. validation (first VAL_LIMIT questions of each val split): CANOPY fθ and f0 over δ and keep-whole at k = 5;
+#   2. the operating point: per benchmark and scorer, the δ whose validation tokens are 72-86% of
+#      keep-whole's (python experiments/frontier.py choose -> experiments/tables/frontier_operating_point.json);
+#   3. test (full splits): CANOPY fθ / f0 and flat leaves at CANOPY's tokens over δ (k = 5), the same over
+#      k in {3, 10} at the operating point, keep-whole over k in {1, 2, 3, 5, 10}, flat top-m and
+#      extractive over m (k = 5).
+# Every sweep resumes its run folders, so the script can be stopped and rerun. Then
+#   python -m canopy_lit.report pack experiments/runs/frontier_val experiments/runs/frontier
+#   python experiments/frontier.py       # figures, tables, the README headline block
+#
+#   ADAPTER=experiments/runs/recipe/base/adapter bash scripts/frontier.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ADAPTER=${ADAPTER:-experiments/runs/recipe/base/adapter}
+VAL_LIMIT=${VAL_LIMIT:-100}
+BENCHMARKS=${BENCHMARKS:-hotpotqa,nq,ottqa,tatqa}
+DELTAS=${DELTAS:-0,0.01,0.02,0.03,0.04,0.06,0.08,0.12}
+PY=${PY:-.venv/bin/python}
+VAL=experiments/runs/frontier_val
+TEST=experiments/runs/frontier
+for archive in "$VAL.zip" "$TEST.zip"; do
+  [ ! -f "$archive" ] || "$PY" -m canopy_lit.report unpack --if-stale "$archive"
+done
+sweep() {  # one process per sweep: the encoder loads once
+  OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} "$PY" evaluate.py -m +ablation=frontier adapter="$ADAPTER" progress=false "$@"
+}
+
+sweep data.split=val limit="$VAL_LIMIT" data="$BENCHMARKS" scorer=ftheta,f0 refine.descend_margin="$DELTAS" \
+  variant=full hydra.sweep.dir=$VAL
+sweep data.split=val limit="$VAL_LIMIT" data="$BENCHMARKS" variant=no_projection hydra.sweep.dir=$VAL
+"$PY" experiments/frontier.py choose
+
+sweep data="$BENCHMARKS" scorer=ftheta,f0 refine.descend_margin="$DELTAS" variant=full,flat_matched hydra.sweep.dir=$TEST
+sweep data="$BENCHMARKS" variant=no_projection retrieval.k=1,2,3,5,10 hydra.sweep.dir=$TEST
+sweep data="$BENCHMARKS" refine=flat_top_m scorer=ftheta refine.m=1,2,3,5,8,12,20 hydra.sweep.dir=$TEST
+sweep data="$BENCHMARKS" variant=extractive refine.m=1,2,3,5,8,12,20 hydra.sweep.dir=$TEST
+# k at each benchmark's operating point (one sweep per benchmark and scorer: δ differs)
+while read -r bench scorer delta; do
+  sweep data="$bench" scorer="$scorer" refine.descend_margin="$delta" variant=full,flat_matched retrieval.k=3,10 \
+    hydra.sweep.dir=$TEST
+done < <("$PY" experiments/frontier.py operating-points)
