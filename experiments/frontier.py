@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ if str(ROOT) not in sys.path:  # runnable from a source checkout without install
 
 from canopy_lit.eval.evidence_stats import compare_runs  # noqa: E402
 from canopy_lit.report.archive import ensure_unpacked  # noqa: E402
+from experiments.paired import replace_block  # noqa: E402
 
 RUNS = Path("experiments") / "runs"
 VAL, TEST = RUNS / "frontier_val", RUNS / "frontier"
@@ -359,16 +359,6 @@ def plot(points: Sequence[Point], chosen: dict[str, dict[str, dict]], path: Path
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     return path
-
-
-def replace_block(path: Path, name: str, body: str) -> bool:
-    """Rewrite ``<!-- BEGIN table:name --> ... <!-- END table:name -->`` in ``path``; False if absent."""
-    text = path.read_text(encoding="utf-8")
-    pat = re.compile(rf"(<!-- BEGIN table:{name} -->\n).*?(<!-- END table:{name} -->)", re.S)
-    if not pat.search(text):
-        return False
-    path.write_text(pat.sub(lambda m: m.group(1) + body + m.group(2), text), encoding="utf-8")
-    return True
 
 
 def headline(budgets: Sequence[dict], operating: Sequence[dict], n_runs: int) -> str:
