@@ -38,8 +38,7 @@ ADAPTER=$(cd "$CALLER" && realpath --relative-base="$OLDPWD" "$ADAPTER")
 
 # fθ's validation-chosen δ of one benchmark (empty without an operating point: that system is skipped)
 operating_delta() {
-  "$PY" -c 'import json, sys; print(json.load(open(sys.argv[1])).get(sys.argv[2], {}).get("fθ", {}).get("delta", ""))' \
-    experiments/tables/frontier_operating_point.json "$1" 2>/dev/null || true
+  "$PY" experiments/frontier.py operating-points | awk -v b="$1" '$1 == b && $2 == "ftheta" {print $3}'
 }
 SYSTEMS=(
   "canopy:method=canopy"
