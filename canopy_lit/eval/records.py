@@ -538,6 +538,26 @@ def _answer_keys(tree: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in _flat(tree) if k not in ANSWER_NEUTRAL_KEYS and not k.startswith(neutral)}
 
 
+# ``_target_`` paths that moved without changing what they build. The encoder config named the factory
+# ``load_encoder`` until it named the class (``TextEncoder`` / ``Qwen3VLEncoder``) directly; the factory
+# picks the class from the backbone, so a recorded factory path compares as the class it built.
+def _encoder_class_path(backbone: Any) -> str:
+    from canopy_lit.encoders.qwen3vl import is_qwen3vl
+
+    if is_qwen3vl(str(backbone)):
+        return "canopy_lit.encoders.qwen3vl.Qwen3VLEncoder"
+    return "canopy_lit.encoders.text.TextEncoder"
+
+
+def canonical_targets(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` (flat, dotted) with every moved ``_target_`` written as what it builds today, so that a
+    rename in code never makes an old run folder look like other settings."""
+    out = dict(settings)
+    if out.get("encoder._target_") == "canopy_lit.encoders.load_encoder":
+        out["encoder._target_"] = _encoder_class_path(out.get("encoder.backbone", "minilm"))
+    return out
+
+
 def run_settings(cfg: Any) -> dict[str, Any]:
     """What a run's records depend on: every key of the resolved config (flat, dotted) but
     ``ANSWER_NEUTRAL_KEYS``, with paths under ``paths.*`` folders written relative to them (a moved
@@ -600,7 +620,7 @@ def settings_changes(run_dir: str | Path, cfg: Any) -> list[tuple[str, Any, Any]
             recorded = json.loads(stored.read_text(encoding="utf-8"))["settings"]
         except (ValueError, KeyError, TypeError) as err:
             raise RunFolderError(f"{stored}: not a settings file ({err}); restore it, or use another hydra.run.dir") from None
-        now = run_settings(cfg)
+        recorded, now = canonical_targets(recorded), canonical_targets(run_settings(cfg))
         keys = sorted(recorded.keys() | now.keys())
         return [(k, recorded.get(k, absent), now.get(k, absent)) for k in keys if recorded.get(k, absent) != now.get(k, absent)]
     legacy = run_dir / ".hydra" / "config.yaml"
@@ -612,6 +632,7 @@ def settings_changes(run_dir: str | Path, cfg: Any) -> list[tuple[str, Any, Any]
     except (yaml.YAMLError, AttributeError) as err:
         raise RunFolderError(f"{legacy}: not a Hydra config ({err}); restore it, or use another hydra.run.dir") from None
     new = _answer_keys(OmegaConf.to_container(cfg, resolve=False) if OmegaConf.is_config(cfg) else cfg)
+    old, new = canonical_targets(old), canonical_targets(new)
     return [(k, old[k], new[k]) for k in sorted(old.keys() & new.keys()) if old[k] != new[k]]
 
 

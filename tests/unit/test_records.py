@@ -70,3 +70,31 @@ def test_concurrent_run_writes_each_question_once(tmp_path) -> None:
     recs = run_questions(questions(20), answer, tmp_path, concurrency=4, progress=False)
     lines = (tmp_path / "predictions.jsonl").read_text().splitlines()
     assert len(recs) == 20 and len(lines) == 20 and len({json.loads(x)["id"] for x in lines}) == 20
+
+
+def _encoder_config(target: str, backbone: str = "minilm") -> dict:
+    return {"encoder": {"_target_": target, "backbone": backbone, "adapter": None, "max_seq_length": 512},
+            "retrieval": {"k": 5}}  # fmt: skip
+
+
+@pytest.mark.parametrize("stored", ["legacy", "settings.json"])
+def test_moved_encoder_target_is_the_same_setting(tmp_path, stored: str) -> None:
+    """A run folder made when the encoder config named the factory ``load_encoder`` resumes under the
+    config that names the class it built; another backbone or another k is still a change."""
+    import yaml
+
+    from canopy_lit.eval.records import settings_changes, write_run_settings
+
+    old = _encoder_config("canopy_lit.encoders.load_encoder")
+    if stored == "legacy":
+        (tmp_path / ".hydra").mkdir()
+        (tmp_path / ".hydra" / "config.yaml").write_text(yaml.safe_dump(old))
+    else:
+        write_run_settings(tmp_path, old)
+
+    assert settings_changes(tmp_path, _encoder_config("canopy_lit.encoders.text.TextEncoder")) == []
+    assert settings_changes(tmp_path, _encoder_config("canopy_lit.encoders.qwen3vl.Qwen3VLEncoder")) == [
+        ("encoder._target_", "canopy_lit.encoders.text.TextEncoder", "canopy_lit.encoders.qwen3vl.Qwen3VLEncoder")
+    ]
+    other_k = _encoder_config("canopy_lit.encoders.text.TextEncoder") | {"retrieval": {"k": 3}}
+    assert settings_changes(tmp_path, other_k) == [("retrieval.k", 5, 3)]
