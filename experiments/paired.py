@@ -6,12 +6,17 @@ system of a benchmark answered (status ok: a paired comparison), and reports per
 F1, evidence tokens and LLM calls, then each difference canopy - other in EM, F1 and evidence tokens
 with a paired bootstrap 95% CI (``canopy_lit.eval.metrics.paired_bootstrap_ci``, BCa). Writes
 ``experiments/tables/paired.md`` and rewrites the ``<!-- BEGIN table:paired -->`` blocks (the full table,
-experiments/README.md) and ``table:paired_summary`` (F1 and two differences per benchmark, README.md). Nothing in the table is typed by hand.
+experiments/README.md) and ``table:paired_summary`` (F1 and two differences per benchmark, README.md).
+
+``tables/paired_tokens.md`` and the ``table:paired_tokens`` block split the operating point's loop tokens into
+what the loop retrieved and the share refinement kept, beside the share the same δ keeps in the frontier's
+single round (``experiments/runs/frontier``). Nothing in the tables is typed by hand.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from collections.abc import Sequence
@@ -144,6 +149,108 @@ def render_summary(root: Path, n_boot: int = 2000) -> str:
     return "\n".join(lines) + "\n"
 
 
+# --- where the operating point's tokens go in the loop ---------------------------------------------
+
+
+def _delivered(kept: dict) -> int:
+    return int(kept.get("delivered_tokens", kept["kept_tokens"]))  # records before the delivered-tokens fix
+
+
+def _frontier_records(frontier_runs: Path, bench: str, delta: float, adapter_hash: str | None) -> dict[str, dict]:
+    """The frontier's fθ run of ``bench`` at ``delta`` (k = 5, the benchmark's own candidates, one round)."""
+    for run_json in sorted(frontier_runs.glob("*/run.json")):
+        run = json.loads(run_json.read_text(encoding="utf-8"))
+        if (run.get("benchmark"), run.get("refine"), run.get("scorer"), run.get("k"), run.get("variant")) != (
+            bench, "parent_relative", "fθ", 5, "full"
+        ) or float(run.get("descend_margin", -1)) != delta or run.get("adapter_hash") != adapter_hash:
+            continue
+        return {r["id"]: r for r in read_predictions(run_json.parent / "predictions.jsonl") if r.get("status") == "ok"}
+    return {}
+
+
+def _total(
+    recs: dict[str, dict], ids: Sequence[str], what: str, bench: str = "", first_round: bool = False,
+    among: dict[str, set[str]] | None = None, inside: bool = True,
+) -> float:
+    """Summed over ``ids``' kept items: item tokens, delivered tokens, items, or items of ``bench``'s own
+    corpus; with ``among`` (question id -> item ids), only the items in (``inside``) or outside that set."""
+    n = 0.0
+    for i in ids:
+        for rnd in recs[i]["rounds"][: 1 if first_round else None]:
+            for kept in rnd["kept"]:
+                if among is not None and (kept["item_id"] in among[i]) != inside:
+                    continue
+                n += {"item": kept["item_tokens"], "kept": _delivered(kept),
+                      "items": 1, "own": kept["item_id"].startswith(f"{bench}:")}[what]  # fmt: skip
+    return n
+
+
+def _mean(recs: dict[str, dict], ids: Sequence[str], key: str) -> float:
+    return float(np.mean([len(recs[i]["rounds"]) if key == "rounds" else recs[i]["evidence_tokens"] for i in ids]))
+
+
+def token_rows(root: Path, frontier_runs: Path) -> list[list[str]]:
+    """Per benchmark: canopy at the operating point against the keep-whole loop on the same questions, its
+    evidence tokens split into what the loop retrieved and what share of it refinement kept, beside the
+    share the same δ keeps in the frontier's single round (same questions, the benchmark's own candidates)."""
+    rows = []
+    for bench in BENCH_NAMES:
+        folder = root / bench / "canopy_op"
+        if not (folder / "run.json").is_file() or not (root / bench / "no_projection").is_dir():
+            continue
+        run = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+        op, kw = (
+            {r["id"]: r for r in read_predictions(root / bench / s / "predictions.jsonl") if r.get("status") == "ok"}
+            for s in ("canopy_op", "no_projection")
+        )
+        frontier = _frontier_records(frontier_runs, bench, float(run["descend_margin"]), run.get("adapter_hash"))
+        ids = sorted(set(op) & set(kw) & set(frontier))
+        if not ids:
+            continue
+
+        n = len(ids)
+        item_op, item_kw = _total(op, ids, "item"), _total(kw, ids, "item")
+        kept_op, first = _total(op, ids, "kept"), _total(op, ids, "kept", first_round=True) / _total(op, ids, "item", first_round=True)
+        own = _total(op, ids, "own", bench) / _total(op, ids, "items")
+        front = _total(frontier, ids, "kept") / _total(frontier, ids, "item")
+        tok_op, tok_kw = _mean(op, ids, "tokens"), _mean(kw, ids, "tokens")
+        top = {i: set(frontier[i]["rounds"][0]["retrieved"]) for i in ids}  # what the frontier retrieved for the question
+        split = [
+            _total(op, ids, "kept", among=top, inside=inside) / max(_total(op, ids, "item", among=top, inside=inside), 1.0)
+            for inside in (True, False)
+        ]
+        n_top, n_items = _total(op, ids, "items", among=top), _total(op, ids, "items")
+        rows.append([
+            BENCH_NAMES[bench], str(n), f"{float(run['descend_margin']):g}",
+            f"{_mean(op, ids, 'rounds'):.2f} / {_mean(kw, ids, 'rounds'):.2f}",
+            f"{item_op / n:.0f} / {item_kw / n:.0f} ({item_op / item_kw:.2f})",
+            f"{100 * own:.0f}%", f"{100 * first:.0f}% / {100 * kept_op / item_op:.0f}%",
+            f"{100 * split[0]:.0f}% ({n_top:.0f}) / {100 * split[1]:.0f}% ({n_items - n_top:.0f})", f"{100 * front:.0f}%",
+            f"{tok_op:.0f} / {tok_kw:.0f} ({tok_op / tok_kw:.2f})",
+        ])  # fmt: skip
+    return rows
+
+
+def render_tokens(root: Path, frontier_runs: Path) -> str:
+    rows = token_rows(root, frontier_runs)
+    if not rows:
+        return "_No operating-point runs with a keep-whole loop and a frontier run to compare yet._\n"
+    lines = [
+        "| benchmark | n | δ | rounds (op / keep-whole) | retrieved item tokens (op / keep-whole) "
+        "| loop items from the benchmark's own corpus | share kept in the loop (round 1 / all rounds) "
+        "| share kept in the loop: items the frontier also retrieved / other items (items) "
+        "| share kept on the frontier (one round) | evidence tokens (op / keep-whole) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        *("| " + " | ".join(r) + " |" for r in rows),
+        "",
+        "<sub>op: canopy at the operating point; n: test questions in both loop runs and the frontier's run "
+        "of the same δ and adapter. Shares are ratios of sums over those questions (delivered tokens / "
+        "retrieved item tokens). Items the frontier also retrieved: the loop's items among the up to 5 "
+        "that the frontier's run of that question took from the benchmark's own candidates (NQ has one per question). Evidence tokens (op / keep-whole) = retrieved ratio x share kept in the loop.</sub>",
+    ]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 def replace_block(path: Path, name: str, body: str) -> bool:
     """Rewrite ``<!-- BEGIN table:name --> ... <!-- END table:name -->`` in ``path``; False if absent."""
     text = path.read_text(encoding="utf-8")
@@ -163,13 +270,16 @@ def generate(
     runs = runs if runs is not None else root / "experiments" / "runs" / "paired"
     out = out if out is not None else root / "experiments" / "tables" / "paired.md"
     docs = docs if docs is not None else [root / "README.md", root / "experiments" / "README.md"]
-    ensure_unpacked([runs])
-    body, summary = render(runs, n_boot), render_summary(runs, n_boot)
+    frontier_runs = runs.parent / "frontier"
+    ensure_unpacked([runs, frontier_runs])
+    body, summary, tokens = render(runs, n_boot), render_summary(runs, n_boot), render_tokens(runs, frontier_runs)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(body, encoding="utf-8")
-    written = {"table:paired": out}
+    tokens_out = out.with_name(f"{out.stem}_tokens.md")
+    tokens_out.write_text(tokens, encoding="utf-8")
+    written = {"table:paired": out, "table:paired_tokens": tokens_out}
     for doc in docs:
-        for name, text in (("paired", body), ("paired_summary", summary)):
+        for name, text in (("paired", body), ("paired_summary", summary), ("paired_tokens", tokens)):
             if doc.is_file() and replace_block(doc, name, text):
                 written[f"block:{name}:{doc.name}"] = doc
                 if echo:

@@ -14,7 +14,7 @@ into ``<study>/`` first, ``canopy_lit.report.archive``) and writes:
 - the evidence study with fθ (``experiments/runs/evidence_ftheta``) -> ``tables/evidence_ftheta.md`` and
   ``img/evidence_ftheta_answer_recall_vs_tokens.png``;
 - ``experiments/recipe.py`` (tables/recipe.md, the recipe, margin and selection plots, experiments/recipe.md),
-  ``experiments/paired.py`` (tables/paired.md, the ``table:paired`` blocks) and ``experiments/frontier.py``
+  ``experiments/paired.py`` (tables/paired.md and paired_tokens.md, the ``table:paired*`` blocks) and ``experiments/frontier.py``
   (the frontier figure, its tables and operating point, the ``table:frontier_*`` blocks).
 
 Nothing in those blocks is typed by hand; a study without runs here keeps its block as it is (generated
