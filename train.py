@@ -19,6 +19,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+from canopy_lit.command_line import check_command_line
 from canopy_lit.quiet import quiet_third_party
 from canopy_lit.schema import USAGE_ERROR, ConfigError
 from canopy_lit.train import run
@@ -38,4 +39,5 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    check_command_line("train", sys.argv[1:], "error: ")  # a mistyped key: one line, exit 2
     main()

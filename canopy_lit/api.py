@@ -2,7 +2,7 @@
 
     >>> from canopy_lit import compress
     >>> ev = compress("Who designed the Eiffel Tower?", ["The Eiffel Tower is ... designed by ...", ...],
-    ...               adapter="experiments/runs/recipe/base/adapter", budget=300)
+    ...               adapter="quickstart", budget=300)
     >>> print(ev.text)           # what a reader gets, items in the order given
     >>> ev.regions               # the kept regions: item, leaf range, score, text
 
@@ -11,12 +11,31 @@ The items go through the same stages as one round of the evidence loop (``Eviden
 refinement (δ = ``descend_margin``) and, with a ``budget``, the reader cap: items are kept whole in the
 order given while they fit, the first that does not is cut at a region (or token) boundary, the rest dropped.
 No LLM is called. ``Compressor`` keeps the encoder loaded and the node embeddings cached across calls.
+
+Input is checked before any encoding; each bad input is one error naming the item and field:
+
+* ``question``: a non-empty ``str`` (``TypeError`` / ``ValueError``).
+* ``items``: a sequence of items; one ``str``, dict or ``Item`` alone is one item (not one item per character).
+  A text item that is empty or only whitespace is skipped (``CompressedEvidence.skipped``), never a block.
+  Fields have their documented types (a dict ``title`` is a ``TypeError`` naming ``items[i].title``); a table
+  needs ``header`` and ``rows``; text with a lone surrogate (not encodable as UTF-8) is a ``ValueError``.
+* ``image`` / ``video.path``: an existing file with an image / video suffix (an image's first bytes must be one
+  of PNG, JPEG, GIF, BMP, WebP, TIFF); with ``media_root`` a relative path resolves under it and no path may
+  leave it (``..`` or a link out included).
+* ``budget``: None or a whole number >= 1 (``True``, ``"lots"``, ``inf``, ``nan`` are refused).
+* ``descend_margin``: a finite number.
+* size: an item longer than ``max_item_chars`` (default ``MAX_ITEM_CHARS``, text or table cells) is refused
+  before any sentence splitting or encoding, so a huge input answers at once; split it into passages, or pass
+  ``max_item_chars=None`` to take it whole (every node of it may be encoded: minutes for a megabyte).
 """
 
 from __future__ import annotations
 
+import math
+import numbers
+import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +44,15 @@ from canopy_lit.pipeline.loop import EvidenceLoop, LoopSettings, ReaderBlock
 from canopy_lit.pipeline.scoring import NodeScorer
 from canopy_lit.refine import ParentRelativeRefiner
 from canopy_lit.retrieval.node_cache import NodeEmbeddingCache
-from canopy_lit.types import Item, Modality, Question
+from canopy_lit.types import Item, Modality, Question, Table, VideoRef
 
 ItemLike = Item | str | Mapping[str, Any]
 UNLIMITED = 10**9  # "no budget": the reader cap never binds
+MAX_ITEM_CHARS = 20_000  # ~5k tokens, hundreds of sentences: well above a retrieved passage, seconds to compress
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp", ".tif", ".tiff")
+VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".avi", ".webm", ".m4v", ".mpg", ".mpeg")
+# First bytes of the image formats the describers open (a text file renamed .png is not an image).
+_IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"BM", b"II*\x00", b"MM\x00*")
 
 
 @dataclass(frozen=True)
@@ -52,6 +76,7 @@ class CompressedEvidence:
         tokens: tokens of ``blocks`` (``count_tokens``); ``item_tokens``: of the whole items.
         cut: ids of items cut or dropped by the budget.
         block_ids: the item id of each of ``blocks`` (framework adapters map blocks back to their inputs).
+        skipped: ids of text items with no text (empty or whitespace only): no block, no tokens.
     """
 
     blocks: list[str]
@@ -60,6 +85,7 @@ class CompressedEvidence:
     item_tokens: int
     cut: list[str] = field(default_factory=list)
     block_ids: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -74,17 +100,189 @@ class CompressedEvidence:
 
 
 def as_item(item: ItemLike, index: int) -> Item:
-    """An ``Item`` from an Item, a plain string (a text passage) or a dict (``Item.from_dict``'s fields)."""
+    """An ``Item`` from an Item, a plain string (a text passage) or a dict (``Item.from_dict``'s fields).
+
+    Raises:
+        TypeError: not one of these, or a field of the wrong type (named ``items[index].<field>``).
+        ValueError: a bad value (modality, a table without ``header``, ...), named the same way.
+    """
+    where = f"items[{index}]"
     if isinstance(item, Item):
-        return item
-    if isinstance(item, str):
-        return Item(f"item{index}", Modality.TEXT, text=item)
-    if isinstance(item, Mapping):
-        d = dict(item)
-        d.setdefault("id", f"item{index}")
-        d.setdefault("modality", "text")
-        return Item.from_dict(d)
-    raise TypeError(f"items[{index}]: expected an Item, a str or a dict, got {type(item).__name__}")
+        built = item
+    elif isinstance(item, str):
+        built = Item(f"item{index}", Modality.TEXT, text=item)
+    elif isinstance(item, Mapping):
+        built = _from_mapping(dict(item), index)
+    else:
+        raise TypeError(f"{where}: expected an Item, a str or a dict, got {type(item).__name__}")
+    _check_fields(built, where)
+    return built
+
+
+_ITEM_FIELDS = frozenset(f.name for f in fields(Item))
+
+
+def _from_mapping(d: dict[str, Any], index: int) -> Item:
+    where = f"items[{index}]"
+    unknown = sorted(str(k) for k in d if k not in _ITEM_FIELDS)
+    if unknown:
+        raise TypeError(f"{where}: unknown field {unknown[0]!r} (fields: {', '.join(sorted(_ITEM_FIELDS))})")
+    d.setdefault("id", f"item{index}")
+    d.setdefault("modality", "text")
+    _expect(d["modality"], str, f"{where}.modality")
+    if d["modality"] not in {m.value for m in Modality}:
+        raise ValueError(f"{where}.modality: {d['modality']!r} is not one of {', '.join(m.value for m in Modality)}")
+    table, video = d.get("table"), d.get("video")
+    if isinstance(table, Mapping):
+        for key in ("header", "rows"):
+            if key not in table:
+                raise ValueError(f"{where}.table: no {key!r} field (a table is {{'header': [...], 'rows': [[...]]}})")
+        extra = sorted(set(table) - {"header", "rows", "caption"})
+        if extra:
+            raise TypeError(f"{where}.table: unknown field {extra[0]!r} (fields: header, rows, caption)")
+        d["table"] = Table(**table)
+    if isinstance(video, Mapping):
+        if "path" not in video:
+            raise ValueError(f"{where}.video: no 'path' field")
+        extra = sorted(set(video) - {"path", "start", "end"})
+        if extra:
+            raise TypeError(f"{where}.video: unknown field {extra[0]!r} (fields: path, start, end)")
+        d["video"] = VideoRef(**video)
+    try:
+        return Item(**d)
+    except ValueError as err:  # no payload for the modality: the message names the item id
+        raise ValueError(f"{where}: {err}") from None
+
+
+def _expect(value: Any, kind: type | tuple[type, ...], where: str) -> None:
+    if not isinstance(value, kind) or isinstance(value, bool):
+        names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise TypeError(f"{where}: expected {names}, got {type(value).__name__}")
+
+
+def _unicode(text: str, where: str) -> None:
+    """Text the sentence splitter and tokenizers can encode: a lone surrogate is refused, named."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(
+            f"{where}: not valid Unicode (a lone surrogate {text[err.start]!r} at character {err.start}); "
+            "decode the source with errors='replace'"
+        ) from None
+
+
+def _check_fields(item: Item, where: str) -> None:
+    """Field types of a built item (a dataclass does not check them) and text the pipeline can encode."""
+    _expect(item.id, str, f"{where}.id")
+    _expect(item.title, str, f"{where}.title")
+    _unicode(item.title, f"{where}.title")
+    if item.text is not None:
+        _expect(item.text, str, f"{where}.text")
+    if item.sentences is not None:
+        _expect(item.sentences, (list, tuple), f"{where}.sentences")
+        for i, sent in enumerate(item.sentences):
+            _expect(sent, str, f"{where}.sentences[{i}]")
+    if item.text is not None:
+        _unicode(item.text, f"{where}.text")
+    if item.table is not None:
+        t = item.table
+        _expect(t, Table, f"{where}.table")
+        _expect(t.header, (list, tuple), f"{where}.table.header")
+        _expect(t.rows, (list, tuple), f"{where}.table.rows")
+        _expect(t.caption, str, f"{where}.table.caption")
+        for i, cell in enumerate(t.header):
+            _expect(cell, str, f"{where}.table.header[{i}]")
+            _unicode(cell, f"{where}.table.header[{i}]")
+        for r, row in enumerate(t.rows):
+            _expect(row, (list, tuple), f"{where}.table.rows[{r}]")
+            for c, cell in enumerate(row):
+                _expect(cell, str, f"{where}.table.rows[{r}][{c}]")
+                _unicode(cell, f"{where}.table.rows[{r}][{c}]")
+    if item.image is not None:
+        _expect(item.image, (str, os.PathLike), f"{where}.image")
+    if item.video is not None:
+        _expect(item.video, VideoRef, f"{where}.video")
+        _expect(item.video.path, (str, os.PathLike), f"{where}.video.path")
+
+
+def item_chars(item: Item) -> int:
+    """Characters of an item's text or table cells (what sentence splitting and rendering read)."""
+    if item.table is not None:
+        t = item.table
+        return len(t.caption) + sum(map(len, t.header)) + sum(len(c) for row in t.rows for c in row)
+    return len(item.text or "")
+
+
+def media_file(path: str | os.PathLike[str], where: str, kind: str, media_root: str | Path | None) -> Path:
+    """``path`` checked as a media file of ``kind`` (``image`` or ``video``): it exists, is readable, has the
+    kind's suffix (an image also its format's first bytes), and stays inside ``media_root`` when one is given
+    (a relative path resolves under it). Returns the resolved path.
+
+    Raises:
+        ValueError: naming ``where`` and the file.
+    """
+    raw = Path(path)
+    root = Path(media_root).resolve() if media_root is not None else None
+    file = (root / raw if root is not None and not raw.is_absolute() else raw).resolve()
+    if root is not None and not file.is_relative_to(root):
+        raise ValueError(f"{where}: {path} is outside media_root={root}")
+    suffixes = IMAGE_SUFFIXES if kind == "image" else VIDEO_SUFFIXES
+    if file.suffix.lower() not in suffixes:
+        raise ValueError(f"{where}: {path} is not an {kind} file (suffix {file.suffix or 'none'!r}; "
+                         f"expected one of {', '.join(suffixes)})")
+    if not file.is_file():
+        raise ValueError(f"{where}: {kind} file not found: {file}")
+    try:
+        with file.open("rb") as fh:
+            head = fh.read(12)
+    except OSError as err:
+        raise ValueError(f"{where}: cannot read {file}: {err.strerror or err}") from None
+    is_image = head.startswith(_IMAGE_MAGIC) or (head[:4] == b"RIFF" and head[8:12] == b"WEBP")
+    if kind == "image" and not is_image:
+        raise ValueError(f"{where}: {file} is not an image (not PNG, JPEG, GIF, BMP, WebP or TIFF data)")
+    return file
+
+
+def check_question(question: Any) -> str:
+    """A question ``compress`` can score: a non-empty str of valid Unicode."""
+    if not isinstance(question, str):
+        raise TypeError(f"question: expected a str, got {type(question).__name__}")
+    if not question.strip():
+        raise ValueError("question: empty (nothing to score the items against)")
+    _unicode(question, "question")
+    return question
+
+
+def check_budget(budget: Any) -> int | None:
+    """None, or a whole number of tokens >= 1 (``True`` is not a budget; ``300.0`` is 300)."""
+    if budget is None:
+        return None
+    line = f"budget must be a positive whole number of tokens or None, got {budget!r}"
+    if isinstance(budget, bool) or not isinstance(budget, numbers.Real):
+        raise TypeError(line)
+    if not math.isfinite(budget) or budget != int(budget) or budget < 1:
+        raise ValueError(line)
+    return int(budget)
+
+
+def check_margin(descend_margin: Any) -> float:
+    """δ: a finite number (NaN compares false everywhere, so every parent would be kept whole)."""
+    if isinstance(descend_margin, bool) or not isinstance(descend_margin, numbers.Real):
+        raise TypeError(f"descend_margin: expected a number, got {type(descend_margin).__name__}")
+    if not math.isfinite(descend_margin):
+        raise ValueError(f"descend_margin must be a finite number, got {descend_margin}")
+    return float(descend_margin)
+
+
+def _items_list(items: Any) -> list[Any]:
+    if isinstance(items, (str, Item, Mapping)):
+        return [items]  # one passage / item, not one item per character (or per key)
+    if isinstance(items, (bytes, bytearray)):
+        raise TypeError("items: expected a sequence of items or one str, got bytes (decode it first)")
+    try:
+        return list(items)
+    except TypeError:
+        raise TypeError(f"items: expected a sequence of items, got {type(items).__name__}") from None
 
 
 class _GivenItems:
@@ -101,7 +299,8 @@ class Compressor:
     """CANOPY compression with the encoder loaded once (see the module docstring for ``compress``).
 
     Args:
-        adapter: a LoRA adapter folder (``train.py``'s ``<run dir>/adapter``); None = f0.
+        adapter: a LoRA adapter folder (``train.py``'s ``<run dir>/adapter``), or ``"quickstart"``: the
+            trained adapter shipped in the package (``canopy_lit.adapters``); None = f0.
         encoder: the backbone (``"minilm"``, ``"mpnet"``, a Qwen3-VL folder ...) or a built ``NodeEncoder``.
         branching: B of the region trees (the paper: 2).
         descend_margin: δ of the refinement rule (0 = the paper); larger keeps more, coarser regions.
@@ -118,6 +317,7 @@ class Compressor:
         count_tokens: Callable[[str], int] | None = None,
         cache_dir: str | Path | None = None,
     ) -> None:
+        check_margin(descend_margin)  # before the encoder loads
         if isinstance(encoder, str):
             from canopy_lit.encoders import load_encoder  # torch: only when a backbone must be loaded
 
@@ -126,22 +326,52 @@ class Compressor:
             raise ValueError("adapter= applies to a backbone name; a built encoder carries its own adapter")
         self.encoder = encoder
         self.hierarchy = Hierarchy(branching)
-        self.refiner = ParentRelativeRefiner(descend_margin=descend_margin)
+        self.refiner = ParentRelativeRefiner(descend_margin=check_margin(descend_margin))
         cache = NodeEmbeddingCache(encoder, self.hierarchy, cache_dir=cache_dir)
         self.scorer = NodeScorer(encoder, self.hierarchy, cache)
         self.count_tokens = count_tokens or _tokenizer_counter(encoder)
 
-    def __call__(self, question: str, items: Sequence[ItemLike], budget: int | None = None) -> CompressedEvidence:
-        """Compress ``items`` (most relevant first) for ``question``; ``budget``: at most that many tokens."""
-        if budget is not None and int(budget) < 1:
-            raise ValueError(f"budget must be a positive number of tokens or None, got {budget}")
-        built = [as_item(it, i) for i, it in enumerate(items)]
+    def __call__(
+        self,
+        question: str,
+        items: Sequence[ItemLike] | ItemLike,
+        budget: int | None = None,
+        *,
+        media_root: str | Path | None = None,
+        max_item_chars: int | None = MAX_ITEM_CHARS,
+    ) -> CompressedEvidence:
+        """Compress ``items`` (most relevant first) for ``question``; ``budget``: at most that many tokens.
+
+        ``media_root``: image / video paths must stay inside it (relative ones resolve under it).
+        ``max_item_chars``: longer items are refused before any work (None = no bound). Input rules: the
+        module docstring.
+        """
+        check_question(question)
+        cap = check_budget(budget)
+        built = []
+        for i, it in enumerate(_items_list(items)):
+            item = as_item(it, i)
+            chars = item_chars(item)
+            if max_item_chars is not None and chars > max_item_chars:
+                raise ValueError(
+                    f"items[{i}] ({item.id!r}): {chars} characters, over max_item_chars={max_item_chars}; "
+                    "split it into passages, or pass max_item_chars=None to compress it whole (slow)"
+                )
+            # the caller's Item is not changed: a checked copy carries the resolved path
+            if item.image is not None:
+                item = replace(item, image=str(media_file(item.image, f"items[{i}].image", "image", media_root)))
+            if item.video is not None:
+                path = media_file(item.video.path, f"items[{i}].video.path", "video", media_root)
+                item = replace(item, video=VideoRef(str(path), item.video.start, item.video.end))
+            built.append(item)
         ids = [it.id for it in built]
         if len(set(ids)) != len(ids):
             raise ValueError(f"items need distinct ids, got {ids}")
+        skipped = [it.id for it in built if it.modality == Modality.TEXT and not (it.text or "").strip()]
+        built = [it for it in built if it.id not in skipped]
         if not built:
-            return CompressedEvidence([], [], 0, 0)
-        settings = LoopSettings(k=len(built), max_rounds=1, reader_max_tokens=int(budget or UNLIMITED),
+            return CompressedEvidence([], [], 0, 0, skipped=skipped)
+        settings = LoopSettings(k=len(built), max_rounds=1, reader_max_tokens=cap or UNLIMITED,
                                 aggregation_check=False)
         loop = EvidenceLoop(_GivenItems(built), self.hierarchy, self.refiner, _NoReader(), self.count_tokens,
                             scorer=self.scorer, settings=settings)
@@ -155,6 +385,7 @@ class Compressor:
             item_tokens=whole,
             cut=[b.evidence.tree.item.id for b in capped.items if b.cap != "whole"],
             block_ids=[b.evidence.tree.item.id for b in blocks],
+            skipped=skipped,
         )
 
     def _regions(self, question: str, blocks: Sequence[ReaderBlock]) -> list[Region]:
@@ -185,31 +416,42 @@ _COMPRESSORS: dict[tuple[Any, ...], Compressor] = {}
 
 def compress(
     question: str,
-    items: Sequence[ItemLike],
+    items: Sequence[ItemLike] | ItemLike,
     adapter: str | Path | None = None,
     budget: int | None = None,
     *,
     encoder: str = "minilm",
     branching: int = 2,
     descend_margin: float = 0.0,
+    media_root: str | Path | None = None,
+    max_item_chars: int | None = MAX_ITEM_CHARS,
 ) -> CompressedEvidence:
     """Compress retrieved ``items`` for ``question`` with CANOPY (no LLM call).
 
     Args:
-        question: the user's question.
+        question: the user's question (a non-empty str).
         items: retrieved items, most relevant first: ``Item`` objects, plain text passages, or dicts of
-            ``Item`` fields (``{"title": ..., "text": ...}``, ``{"modality": "table", "table": {...}}``).
-        adapter: a trained node-encoder adapter folder; None = f0 (the backbone without LoRA).
+            ``Item`` fields (``{"title": ..., "text": ...}``, ``{"modality": "table", "table": {...}}``);
+            one str (or one dict / Item) alone is one item.
+        adapter: a trained node-encoder adapter folder or a shipped adapter's name (``"quickstart"``); None = f0.
         budget: at most this many tokens (the node encoder's tokenizer); None = what refinement keeps.
         encoder: backbone name (default the bundled all-MiniLM-L6-v2).
         branching: B of the region trees.
         descend_margin: δ of the refinement rule.
+        media_root: image / video paths must stay inside this folder (relative ones resolve under it).
+        max_item_chars: an item longer than this is refused at once (None = no bound).
 
     Returns:
         ``CompressedEvidence``: ``.text`` for a reader, ``.regions`` with their scores, ``.tokens``.
         The encoder of one (adapter, encoder, branching, δ) is loaded once per process.
+
+    Raises:
+        TypeError, ValueError: bad input, one line naming the argument, item and field (module docstring).
     """
-    key = (str(adapter) if adapter is not None else None, encoder, int(branching), float(descend_margin))
+    check_question(question)
+    check_budget(budget)
+    margin = check_margin(descend_margin)
+    key = (str(adapter) if adapter is not None else None, encoder, int(branching), margin)
     if key not in _COMPRESSORS:
-        _COMPRESSORS[key] = Compressor(adapter, encoder, branching, descend_margin)
-    return _COMPRESSORS[key](question, items, budget)
+        _COMPRESSORS[key] = Compressor(adapter, encoder, branching, margin)
+    return _COMPRESSORS[key](question, items, budget, media_root=media_root, max_item_chars=max_item_chars)

@@ -11,7 +11,9 @@ from pathlib import Path
 
 
 def atomic_write_text(path: str | Path, text: str, encoding: str = "utf-8") -> Path:
-    """Write ``text`` to a temp file beside ``path``, fsync it, then rename it over ``path``."""
+    """Write ``text`` to a temp file beside ``path``, fsync it, then rename it over ``path``. An ``OSError``
+    without a file name (a failed ``write(2)``: a full disk) is raised naming ``path``, so the one-line error
+    says where space ran out."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -21,6 +23,11 @@ def atomic_write_text(path: str | Path, text: str, encoding: str = "utf-8") -> P
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        if err.filename is None and err.errno is not None:
+            raise OSError(err.errno, err.strerror, str(path)) from err
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

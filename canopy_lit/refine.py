@@ -31,6 +31,20 @@ from canopy_lit.hierarchy import Hierarchy, TokenCounter
 from canopy_lit.llm.tokenizers import token_counter
 from canopy_lit.types import Tree
 
+TIE_TOLERANCE = 1e-5
+"""How far below ``s(v) + δ`` a child may score and still count as scoring >= it.
+
+The same node's score differs by ~1e-7 between encoder batches (padding changes the float32 kernels), so
+a strict ``>=`` at a near-tie (most often an exact tie: a child whose encoder input equals its parent's
+after truncation) would flip with lazy vs eager scoring or with ``max_batch_tokens``. 1e-5 is ~100x that
+noise and far below any score gap or δ step that matters (δ grids step by 0.02)."""
+
+
+def descends(child: float, parent: float, descend_margin: float = 0.0) -> bool:
+    """Algorithm 1's test, the one rule every caller applies: is ``child`` >= ``parent`` + δ (in float64, up
+    to ``TIE_TOLERANCE``)?"""
+    return float(child) >= float(parent) + descend_margin - TIE_TOLERANCE
+
 
 def parent_relative(tree: Tree, scores: Sequence[float] | np.ndarray, descend_margin: float = 0.0) -> list[int]:
     """Algorithm 1: keep and refine every child scoring >= its parent; if none does, keep the parent.
@@ -38,7 +52,8 @@ def parent_relative(tree: Tree, scores: Sequence[float] | np.ndarray, descend_ma
     Args:
         tree: the item's region tree.
         scores: (num_nodes,) node scores s(q, v), indexed by node id.
-        descend_margin: δ; a child is kept iff s(c) >= s(v) + δ. 0 is the paper's rule; δ > 0 keeps
+        descend_margin: δ; a child is kept iff s(c) >= s(v) + δ (up to ``TIE_TOLERANCE``, so a decision
+            does not depend on how the encoder batched the nodes). 0 is the paper's rule; δ > 0 keeps
             parents whole more often (more gold recall, more tokens), δ < 0 descends more.
 
     Returns:
@@ -53,7 +68,7 @@ def parent_relative(tree: Tree, scores: Sequence[float] | np.ndarray, descend_ma
         sv = s[v]
         refined = False
         for c in reversed(children[v]):
-            if s[c] >= sv + descend_margin:
+            if descends(s[c], sv, descend_margin):
                 stack.append(c)
                 refined = True
         if not refined:
@@ -100,8 +115,7 @@ def parent_relative_lazily(
         for t, s, ex, out in zip(trees, scores, expand, kept, strict=True):
             deeper = []
             for v in ex:
-                # float(): compare in float64 like the eager path (float32 + δ would round differently)
-                up = [c for c in t.children[v] if float(s[c]) >= float(s[v]) + descend_margin]
+                up = [c for c in t.children[v] if descends(s[c], s[v], descend_margin)]
                 if up:
                     deeper.extend(up)
                 else:

@@ -42,19 +42,13 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from canopy_lit.errors import ConfigError  # re-exported: callers import it from here
+
 # Methods that never retrieve: for these retrieval.k may be 0 and loop.max_rounds must be 0.
 NON_RETRIEVING_METHODS = frozenset({"no_retrieval"})
 USAGE_ERROR = 2  # exit status of a config error (argparse's convention)
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 _MISSING = object()
-
-
-class ConfigError(ValueError):
-    """One or more invalid config values; ``problems`` holds one line per problem."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = list(problems)
-        super().__init__("\n".join(self.problems))
 
 
 def knob(default: Any = None, **rule: Any) -> Any:
@@ -79,6 +73,7 @@ class EvalSchema:
     progress: bool = True
     max_consecutive_failures: int = knob(5, ge=0)
     resume: str = knob("auto", choices=("auto", "force"))  # canopy_lit.evaluate.claim_run_folder
+    shard: Any = None  # "I/N": one of N parts of the questions (checked by canopy_lit.data.shards)
     study: str | None = None  # the ablation preset's name (sweep folder, report grouping)
     adapter: str | None = None  # an ablation's fθ folder, interpolated into encoder.adapter
 
@@ -151,6 +146,7 @@ class EncoderSchema:
     batch_size: int = knob(64, ge=1)
     max_pixels: int = knob(1003520, ge=1)
     pooling: str | None = knob(None, choices=("mean", "cls"))
+    node_pooling: str = knob("node", choices=("node", "late", "late_region"))
 
 
 @dataclass
@@ -262,10 +258,15 @@ class LLMSchema:
 @dataclass
 class TrainSchema:
     task_name: str = "train"
-    seed: int = 0
+    seed: int = knob(0, ge=0, le=2**32 - 1)  # the range Lightning's seed_everything (numpy) accepts
     ckpt_path: str | None = None
+    # a finished run (metrics.json written) is not resumed unless force
+    resume: str = knob("auto", choices=("auto", "force"))
+    # train=false: no fit, no adapter; the test pass of the untrained model (model.test_scorers=[f0])
+    train: bool = True
     test: bool = True
     threads: int | None = knob(None, ge=1)
+    test_threads: int | None = knob(None, ge=1)
     # what train.py returns to Hydra sweepers: the best or the last validation score, never a test score
     optimized_metric: str = knob("val/best_decision_accuracy", choices=("val/best_decision_accuracy", "val/decision_accuracy"))
 
@@ -307,6 +308,7 @@ class ModelSchema:
     gold_sibling_weight: float = knob(1.0, gt=0)
     chunk_size: int = knob(16, ge=1)
     backbone_dropout: bool = True
+    test_scorers: list[str] = field(default_factory=lambda: ["ftheta", "f0"])
 
 
 @dataclass
@@ -319,11 +321,17 @@ class TrainerSchema:
     log_every_n_steps: int = knob(10, ge=1)
     accumulate_grad_batches: int = knob(1, ge=1)
     check_val_every_n_epoch: int | None = knob(1, ge=1)
+    # an int counts training batches, a float is a share of an epoch, a string is a duration
+    val_check_interval: int | float | str | None = knob(None, gt=0)
     num_sanity_val_steps: int = knob(0, ge=-1)
     gradient_clip_val: float | None = knob(None, ge=0)
     limit_train_batches: float | None = knob(None, ge=0)
     limit_val_batches: float | None = knob(None, ge=0)
     limit_test_batches: float | None = knob(None, ge=0)
+    # machines, and processes per machine (a count, -1 = every GPU, "auto", or GPU indices); on SLURM both
+    # come from the allocation (scripts/slurm/train_multinode.sbatch); checked with the launcher below
+    num_nodes: int = knob(1, ge=1)
+    devices: int | str | list[int] = knob(1, ge=1, also=(-1,))
 
 
 # --------------------------------------------------------------------------- groups
@@ -686,7 +694,8 @@ def _child(node: DictConfig, key: str) -> DictConfig | None:
     return child if isinstance(child, DictConfig) else None
 
 
-def _unknown(key: str, known: set[str], prefix: str, owner: str = "") -> str:
+def unknown_key(key: str, known: set[str], prefix: str, owner: str = "") -> str:
+    """``unknown config key PREFIXKEY``, with the nearest of ``known`` as a suggestion (or what ``owner`` takes)."""
     guess = difflib.get_close_matches(key, sorted(known), n=1)
     hint = f" (did you mean {prefix}{guess[0]}?)" if guess else ""
     where = f" ({owner} takes no such argument)" if owner and not guess else ""
@@ -745,7 +754,7 @@ def check_node(
         if name in _HYDRA_KEYS:
             continue
         if keys is not None and name not in keys:
-            problems.append(_unknown(name, set(keys), prefix, owner))
+            problems.append(unknown_key(name, set(keys), prefix, owner))
             continue
         if OmegaConf.is_interpolation(node, name):  # the key it points to is checked where it lives
             continue
@@ -771,7 +780,7 @@ def _check_options(
     for name in node:
         name = str(name)
         if keys is not None and name not in keys:
-            problems.append(_unknown(name, set(keys), prefix))
+            problems.append(unknown_key(name, set(keys), prefix))
             continue
         value = _value(node, name)
         if value is _MISSING or OmegaConf.is_interpolation(node, name):
@@ -821,6 +830,12 @@ def validate_eval_config(cfg: DictConfig) -> None:
         problems.append(_SCOPE_MOVED.format(value=scope))
     _check_data_name(cfg.get("data"), problems)
     _check_index_options(cfg, problems)
+    from canopy_lit.data.shards import shard_problems
+
+    shard, runner = _value(cfg, "shard"), _value(cfg.get("method"), "runner")
+    if shard is not _MISSING:
+        runner = runner.get("_target_") if isinstance(runner, dict) else None
+        problems.extend(shard_problems(shard, cfg.get("mode", "qa"), runner))
     if cfg.get("mode", "qa") == "qa":
         if retrieves:  # the surprising part of the k / R message: 0 is fine for another method
             why = f" (method={method} retrieves; only {', '.join(sorted(NON_RETRIEVING_METHODS))} may use 0)"
@@ -916,7 +931,44 @@ def validate_train_config(cfg: DictConfig) -> None:
     for name, group in TRAIN_GROUPS.items():
         if group is not None:
             check_node(cfg.get(name), f"{name}.", group, problems)
+    problems.extend(_trainer_problems(cfg.get("trainer")))
+    problems.extend(_test_problems(cfg))
     _raise(problems)
+
+
+def _test_problems(cfg: DictConfig) -> list[str]:
+    """``model.test_scorers`` names known scorers, and ``train=false`` (no fit) has something to measure."""
+    scorers = _value(cfg.get("model"), "test_scorers")
+    scorers = list(scorers) if isinstance(scorers, (list, ListConfig)) else ["ftheta", "f0"]
+    problems = []
+    unknown = [s for s in scorers if s not in ("ftheta", "f0")]
+    if unknown or not scorers:
+        problems.append(f"model.test_scorers={scorers}: a non-empty list of ftheta and f0")
+    if cfg.get("train", True) is False:
+        if not cfg.get("test", True):
+            problems.append("train=false test=false: nothing to run (train=false runs the test pass only)")
+        elif "ftheta" in scorers:
+            problems.append("train=false tests the untrained model, whose fθ is f0: add model.test_scorers=[f0]")
+    return problems
+
+
+def _is_single_device(strategy: Any) -> bool:
+    name = strategy.get("_target_", "") if isinstance(strategy, dict) else strategy
+    return isinstance(name, str) and name.rsplit(".", 1)[-1] in ("single_device", "SingleDeviceStrategy")
+
+
+def _trainer_problems(trainer: Any) -> list[str]:
+    """What the Trainer would refuse only after the model is built: every GPU on a CPU, or several machines
+    under a one-process strategy."""
+    devices, nodes = _value(trainer, "devices"), _value(trainer, "num_nodes")
+    problems = []
+    if devices == -1 and _value(trainer, "accelerator") == "cpu":
+        problems.append("trainer.devices=-1 (every GPU) needs trainer.accelerator=gpu; on a CPU give the number "
+                        "of processes, e.g. trainer.devices=2")
+    if isinstance(nodes, int) and nodes > 1 and _is_single_device(_value(trainer, "strategy")):
+        problems.append(f"trainer.num_nodes={nodes} needs a distributed strategy (trainer=ddp), got "
+                        "trainer.strategy=single_device")
+    return problems
 
 
 # --------------------------------------------------------------------------- what the machine provides
@@ -924,6 +976,7 @@ def validate_train_config(cfg: DictConfig) -> None:
 # Packages a target imports only when it is built (optional extras): target -> (modules, each "a|b" for
 # either of two, the install command, the choice that needs none).
 _TARGET_NEEDS: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "canopy_lit.loggers.WandbLogger": (("wandb",), "pip install 'canopy-lit[wandb]'", "logger=csv"),
     "lightning.pytorch.loggers.WandbLogger": (("wandb",), "pip install 'canopy-lit[wandb]'", "logger=csv"),
     "lightning.pytorch.loggers.TensorBoardLogger": (("tensorboard|tensorboardX",), "pip install tensorboard",
                                                     "logger=csv"),
@@ -1049,7 +1102,43 @@ def check_train_run(cfg: DictConfig) -> None:
         ConfigError: one line per problem.
     """
     validate_train_config(cfg)
-    _raise(_environment_problems(cfg, set()))
+    _raise(_environment_problems(cfg, set()) + _cluster_problems(cfg.get("trainer")))
+
+
+def _cluster_problems(trainer: Any) -> list[str]:
+    """Several machines need a launcher that gives every process its rank (Lightning's cluster environments,
+    or NODE_RANK set by hand); without one each machine is node 0 and the ranks wait for each other forever.
+    Inside a SLURM job step the Trainer must match the allocation, which Lightning checks only at fit."""
+    from lightning.fabric.plugins.environments import (
+        LSFEnvironment,
+        MPIEnvironment,
+        SLURMEnvironment,
+        TorchElasticEnvironment,
+    )
+
+    nodes, devices = _value(trainer, "num_nodes"), _value(trainer, "devices")
+    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes <= 1:
+        return []
+    try:
+        slurm = SLURMEnvironment.detect()
+    except RuntimeError as err:  # e.g. --ntasks without --ntasks-per-node
+        return [f"trainer.num_nodes={nodes}: {err}"]
+    if not (slurm or "NODE_RANK" in os.environ
+            or any(env.detect() for env in (TorchElasticEnvironment, LSFEnvironment, MPIEnvironment))):
+        return [f"trainer.num_nodes={nodes} but no cluster launcher started this process (srun in a SLURM job, "
+                "torchrun, or NODE_RANK and MASTER_ADDR set on every machine): each machine would wait for the "
+                "others forever; on SLURM: sbatch --nodes=N scripts/slurm/train_multinode.sbatch"]
+    if not slurm:
+        return []
+    problems = []
+    per_node, allocated = os.environ.get("SLURM_NTASKS_PER_NODE", ""), os.environ.get("SLURM_NNODES", "")
+    if allocated.isdigit() and int(allocated) != nodes:
+        problems.append(f"trainer.num_nodes={nodes} but the SLURM job has {allocated} nodes (--nodes): "
+                        f"set trainer.num_nodes={allocated}")
+    if per_node.isdigit() and isinstance(devices, int) and devices >= 1 and int(per_node) != devices:
+        problems.append(f"trainer.devices={devices} but the SLURM job starts {per_node} tasks per node "
+                        f"(--ntasks-per-node): set trainer.devices={per_node}, one process per device")
+    return problems
 
 
 def exit_if_invalid(cfg: Any, validate: Callable[[Any], None]) -> None:
@@ -1078,6 +1167,7 @@ __all__ = [
     "check_value",
     "embedding_dim",
     "exit_if_invalid",
+    "unknown_key",
     "group_keys",
     "validate_eval_config",
     "validate_train_config",

@@ -10,6 +10,7 @@ from enum import IntEnum
 import numpy as np
 
 from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.refine import descends
 from canopy_lit.types import Item, Question, Tree
 
 Pair = tuple[int, int]  # (winner node id, loser node id): winner ≻ loser
@@ -156,11 +157,11 @@ def pair_holds(tree: Tree, scores: np.ndarray, winner: int, loser: int, descend_
     a child when the child scores below the parent + δ (refinement drops it); any other preference
     needs a strictly higher score. δ (``descend_margin``) = 0 is the paper's rule.
     """
-    w, lo = float(scores[winner]), float(scores[loser])  # float64, as parent_relative compares
+    w, lo = float(scores[winner]), float(scores[loser])
     if tree.parent[winner] == loser:
-        return w >= lo + descend_margin
+        return descends(w, lo, descend_margin)
     if tree.parent[loser] == winner:
-        return lo < w + descend_margin
+        return not descends(lo, w, descend_margin)
     return w > lo
 
 

@@ -26,19 +26,23 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback as HydraCallback
 from omegaconf import DictConfig, OmegaConf
 
+from canopy_lit.redaction import redact_config, redact_saved_configs
+
 log = logging.getLogger(__name__)
 
-WANDB_LOGGER = "lightning.pytorch.loggers.WandbLogger"
+WANDB_LOGGER = "canopy_lit.loggers.WandbLogger"
+# a logger block is W&B's with either target (a user's config may name Lightning's class itself)
+WANDB_LOGGERS = (WANDB_LOGGER, "lightning.pytorch.loggers.WandbLogger")
 _WANDB_HOST = "https://api.wandb.ai"
 
 
 def wandb_logger_config(cfg: DictConfig | Mapping[str, Any]) -> dict[str, Any] | None:
-    """The resolved ``logger.<name>`` block whose target is Lightning's ``WandbLogger``; None without one."""
+    """The resolved ``logger.<name>`` block whose target is a ``WandbLogger`` (``WANDB_LOGGERS``); None without one."""
     loggers = cfg.get("logger") if cfg is not None else None
     if not loggers:
         return None
     for block in loggers.values():
-        if isinstance(block, Mapping) and block.get("_target_") == WANDB_LOGGER:
+        if isinstance(block, Mapping) and block.get("_target_") in WANDB_LOGGERS:
             plain = (
                 OmegaConf.to_container(block, resolve=True) if isinstance(block, DictConfig) else dict(block)
             )
@@ -137,6 +141,21 @@ class WandbRuns(HydraCallback):
         finish_wandb_run({key: float(value)} if key and isinstance(value, int | float) else None)
 
 
+class RedactSavedConfig(HydraCallback):
+    """Hydra callback: the job's saved ``.hydra/config.yaml``, ``hydra.yaml`` and ``overrides.yaml`` are
+    rewritten with secrets redacted (``canopy_lit.redaction``) as soon as Hydra has written them, before the
+    job runs: a ``user:password@`` in ``llm.base_url`` typed on the command line is not kept on disk."""
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from hydra.core.hydra_config import HydraConfig
+
+        if not HydraConfig.initialized():
+            return
+        hydra = HydraConfig.get()
+        if hydra.output_subdir is not None:
+            redact_saved_configs(Path(hydra.runtime.output_dir) / str(hydra.output_subdir))
+
+
 def log_evaluation(cfg: DictConfig, run_dir: str | Path) -> str | None:
     """evaluate.py with ``logger=wandb``: the run folder's metrics, its study-table row and per-question rows
     as one W&B run (project, name, group and tags of ``logger.wandb``, the resolved config as its config).
@@ -147,7 +166,7 @@ def log_evaluation(cfg: DictConfig, run_dir: str | Path) -> str | None:
     others = [
         name
         for name, block in (cfg.get("logger") or {}).items()
-        if isinstance(block, Mapping) and block.get("_target_") not in (None, WANDB_LOGGER)
+        if isinstance(block, Mapping) and block.get("_target_") not in (None, *WANDB_LOGGERS)
     ]
     if others:
         log.warning(
@@ -163,11 +182,14 @@ def log_evaluation(cfg: DictConfig, run_dir: str | Path) -> str | None:
     offline_unless_configured(cfg)  # library callers have no Hydra callback
     config = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(config, dict)
-    return log_eval_run(run_dir, logger, config=config)
+    # a password in llm.base_url (or the run name made of the command line) must not reach W&B
+    return log_eval_run(run_dir, redact_config(logger), config=redact_config(config))
 
 
 __all__ = [
     "WANDB_LOGGER",
+    "WANDB_LOGGERS",
+    "RedactSavedConfig",
     "WandbRuns",
     "finish_wandb_run",
     "log_evaluation",

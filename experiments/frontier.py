@@ -12,12 +12,15 @@ Reads ``experiments/runs/frontier_val`` (validation, first 100 questions per ben
 - flat leaves at CANOPY's per-question tokens (``refine=flat_matched``), one point per CANOPY point;
 - flat top-m (fθ scores) and RECOMP-style extractive (f0) over m at k = 5; keep-whole over k.
 
-The operating point (``choose``): per benchmark and scorer, the δ whose validation evidence tokens are
-72-86% of keep-whole's at k = 5 (the paper's reader tokens -14 to -28%), the one nearest 79%; written to
-``experiments/tables/frontier_operating_point.json`` (rewritten from the validation runs by every
-generate, so the check of ``experiments/refresh.py`` covers it); the test runs never enter it. The three-budget table pairs,
-on the same test questions, CANOPY fθ at the δ nearest 40 / 60 / 80% of keep-whole's tokens with flat at
-its tokens (same δ, same scores) and with keep-whole at the k whose tokens are nearest CANOPY's. Every
+The operating point (``choose``): per in-domain benchmark and scorer, the δ whose validation evidence tokens
+are 72-86% of keep-whole's at k = 5 (the paper's reader tokens -14 to -28%), the one nearest 79%; for the
+zero-shot benchmark (TAT-QA) the median of the in-domain choices, so none of its data enters its choice.
+The budgets' δs are chosen the same way at 40 / 60 / 80% of keep-whole's validation tokens (CANOPY fθ).
+Written to ``experiments/tables/frontier_operating_point.json`` (rewritten from the validation runs by
+every generate, so the check of ``experiments/refresh.py`` covers it); the test runs never enter it. The
+budget table pairs, on the same test questions, CANOPY fθ at each budget's δ (a δ two budgets share: one
+row) with flat at its tokens (same δ, same scores) and with keep-whole at the k < 5 whose tokens are nearest
+CANOPY's (only a k that delivers fewer tokens than k = 5), each with its test token share. Every
 interval is a 95% BCa bootstrap over questions (``canopy_lit.eval.evidence_stats.compare_runs``).
 Nothing in the outputs is typed by hand.
 """
@@ -50,6 +53,8 @@ TABLES = Path("experiments") / "tables"
 FIGURE = Path("experiments") / "img" / "frontier.png"
 DOCS = (Path("README.md"), Path("experiments") / "frontier.md")
 BENCHMARKS = {"hotpotqa": "HotpotQA", "nq": "NQ", "ottqa": "OTT-QA", "tatqa": "TAT-QA (zero-shot)"}
+# The adapter never trained on these: their δ comes from the in-domain benchmarks' choices, not their data.
+ZERO_SHOT = ("tatqa",)
 # The paper's compression: reader tokens -14% to -28% of keep-whole's; aim at the middle.
 BAND, TARGET = (0.72, 0.86), 0.79
 BUDGETS = (0.4, 0.6, 0.8)
@@ -114,13 +119,20 @@ def canopy_points(points: Sequence[Point], bench: str, scorer: str, method: str 
 # --- the operating point, from validation ---------------------------------------------------------
 
 
+def _median_delta(deltas: Sequence[float]) -> float:
+    """The median of grid δs (the lower middle one for an even count, so the result is a run of the grid)."""
+    ordered = sorted(deltas)
+    return ordered[(len(ordered) - 1) // 2]
+
+
 def choose(points: Sequence[Point]) -> dict[str, dict[str, dict]]:
-    """benchmark -> scorer -> {delta, token_ratio, in_band, candidates}: the δ nearest TARGET of keep-whole's
-    validation tokens, preferring δs inside BAND."""
+    """benchmark -> scorer -> {delta, token_ratio, in_band, n, candidates, budgets}: per in-domain benchmark
+    the δ nearest TARGET of keep-whole's validation tokens, preferring δs inside BAND, and (fθ) the δ nearest
+    each of BUDGETS; per zero-shot benchmark the median of the in-domain choices (``pooled_from``)."""
     out: dict[str, dict[str, dict]] = {}
     for bench in BENCHMARKS:
         kw = keep_whole(points, bench)
-        if kw is None:
+        if kw is None or bench in ZERO_SHOT:
             continue
         for scorer in SCORERS:
             cands = canopy_points(points, bench, scorer)
@@ -134,6 +146,22 @@ def choose(points: Sequence[Point]) -> dict[str, dict[str, dict]]:
                 "n": int(cands[0].metric("n")),
                 "candidates": {f"{d:g}": round(r, 4) for d, r in sorted(ratios.items())},
             }  # fmt: skip
+            if scorer == "fθ":
+                out[bench][scorer]["budgets"] = {
+                    f"{b:g}": min(ratios, key=lambda d, b=b: (abs(ratios[d] - b), d)) for b in BUDGETS
+                }
+    for bench in ZERO_SHOT:
+        for scorer in SCORERS:
+            own = {b: by[scorer] for b, by in out.items() if b not in ZERO_SHOT and scorer in by}
+            if not own:
+                continue
+            op = {"delta": _median_delta([o["delta"] for o in own.values()]),
+                  "pooled_from": {b: o["delta"] for b, o in own.items()}}  # fmt: skip
+            if all("budgets" in o for o in own.values()):
+                op["budgets"] = {
+                    f"{b:g}": _median_delta([o["budgets"][f"{b:g}"] for o in own.values()]) for b in BUDGETS
+                }
+            out.setdefault(bench, {})[scorer] = op
     return out
 
 
@@ -170,18 +198,27 @@ def nearest(points: Sequence[Point], tokens: float) -> Point:
     return min(points, key=lambda p: (abs(p.tokens - tokens), p.tokens))
 
 
-def budget_rows(points: Sequence[Point]) -> list[dict]:
-    """Per benchmark and budget: CANOPY fθ vs flat at its tokens and vs keep-whole at fewer k (paired)."""
+def budget_rows(points: Sequence[Point], chosen: dict[str, dict[str, dict]]) -> list[dict]:
+    """Per benchmark and budget δ chosen on validation (``chosen[bench]["fθ"]["budgets"]``; budgets that share
+    a δ share one row, ``budgets``): CANOPY fθ vs flat at its tokens and vs keep-whole at fewer k (paired)."""
     rows = []
     for bench in BENCHMARKS:
         kw, canopy = keep_whole(points, bench), canopy_points(points, bench, "fθ")
         flats = {p.delta: p for p in canopy_points(points, bench, "fθ", "flat_matched")}
+        # fewer whole items only where they are fewer tokens (NQ: one candidate a question, every k the same)
         fewer_k = [p for p in points if p.benchmark == bench and p.method == "keep_whole" and p.k < K_REF]
+        fewer_k = [p for p in fewer_k if kw is not None and p.tokens < kw.tokens]
+        by_delta: dict[float, list[float]] = {}
+        for budget, delta in ((chosen.get(bench) or {}).get("fθ") or {}).get("budgets", {}).items():
+            by_delta.setdefault(float(delta), []).append(float(budget))
         if kw is None or not canopy:
             continue
-        for budget in BUDGETS:
-            c = min(canopy, key=lambda p: (abs(p.tokens / kw.tokens - budget), p.delta or 0.0))
-            row = {"benchmark": bench, "budget": budget, "canopy": c, "keep_whole": kw}
+        for delta, budgets in sorted(by_delta.items()):
+            c = next((p for p in canopy if p.delta == delta), None)
+            if c is None:
+                continue
+            row = {"benchmark": bench, "budgets": sorted(budgets), "canopy": c, "keep_whole": kw,
+                   "chosen_on": chosen_on(chosen[bench]["fθ"], short=True)}  # fmt: skip
             if c.delta in flats:
                 row["flat"] = flats[c.delta]
                 row["vs_flat"] = compare_runs(c.folder, flats[c.delta].folder)
@@ -233,7 +270,7 @@ def _pct(p: Point, key: str) -> str:
 
 
 def render_points(points: Sequence[Point]) -> str:
-    lines = ["| benchmark | method | setting | n | answer recall [95% CI] | w/o titles/headers [95% CI] | tokens "
+    lines = ["| benchmark | method | setting | n (measurable answer) | answer recall [95% CI] | w/o titles/headers [95% CI] | tokens "
              "[95% CI] | % of keep-whole k=5 |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     order = list(LABELS)
     for bench in BENCHMARKS:
@@ -242,10 +279,16 @@ def render_points(points: Sequence[Point]) -> str:
         sel.sort(key=lambda p: (order.index(p.method), p.scorer or "", p.k, p.delta or 0.0, p.m or 0))
         for p in sel:
             share = f"{100 * p.tokens / kw.tokens:.0f}%" if kw else ""
-            lines.append(f"| {BENCHMARKS[bench]} | {method_label(p)} | {_setting(p)} | {int(p.metric('n'))} | "
+            lines.append(f"| {BENCHMARKS[bench]} | {method_label(p)} | {_setting(p)} | {_point_n(p)} | "
                          f"{_pct(p, 'answer_recall')} | {_pct(p, 'answer_recall_content')} | {p.tokens:.0f} "
                          f"[{p.metric('tokens_ci_low'):.0f}, {p.metric('tokens_ci_high'):.0f}] | {share} |")  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _point_n(p: Point) -> str:
+    """The point's questions, with how many have a measurable answer (answer recall's n) where that is fewer."""
+    n, m = int(p.metric("n")), p.metric("answer_recall_n")
+    return f"{int(m)} of {n}" if m == m and int(m) != n else f"{n}"
 
 
 def _ratio(d: dict[str, float] | None) -> str:
@@ -254,18 +297,28 @@ def _ratio(d: dict[str, float] | None) -> str:
 
 def _fewer(row: dict) -> str:
     vk = row.get("vs_kw_fewer")
-    return f"k = {row['kw_fewer'].k}, {_ci(vk, 'answer_recall_diff')}" if vk else "-"
+    return f"k = {row['kw_fewer'].k}, {_ci(vk, 'answer_recall_diff')}" if vk else "- (no k < 5 with fewer tokens)"
+
+
+def _budgets(row: dict) -> str:
+    """'40% / 60%': the validation budgets that chose the row's δ."""
+    return " / ".join(f"{100 * b:.0f}%" for b in row["budgets"])
+
+
+def _share(row: dict) -> str:
+    """The row's CANOPY test tokens as a share of keep-whole's (k = 5) on the same test questions."""
+    return f"{100 * row['canopy'].tokens / row['keep_whole'].tokens:.0f}%"
 
 
 def render_budgets(rows: Sequence[dict]) -> str:
-    lines = ["| benchmark | budget | CANOPY fθ (δ): recall, tokens | vs flat at its tokens: Δ recall | Δ w/o "
-             "titles | vs keep-whole at fewer k: k, Δ recall | token ratio to that keep-whole | verdict (flat / "
-             "keep-whole) |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| benchmark | budget (chosen on) -> test token share | CANOPY fθ (δ): recall, tokens | vs flat at its "
+             "tokens: Δ recall | Δ w/o titles | vs keep-whole at fewer k: k, Δ recall | token ratio to that "
+             "keep-whole | verdict (flat / keep-whole) |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
-        c, kw = r["canopy"], r["keep_whole"]
+        c = r["canopy"]
         vf, vk = r.get("vs_flat"), r.get("vs_kw_fewer")
         lines.append(
-            f"| {BENCHMARKS[r['benchmark']]} | {100 * r['budget']:.0f}% (at {100 * c.tokens / kw.tokens:.0f}%) | "
+            f"| {BENCHMARKS[r['benchmark']]} | {_budgets(r)} ({r['chosen_on']}) -> {_share(r)} | "
             f"{100 * c.metric('answer_recall'):.1f} (δ = {c.delta:g}), {c.tokens:.0f} | "
             f"{_ci(vf, 'answer_recall_diff') if vf else '-'} | "
             f"{_ci(vf, 'answer_recall_content_diff') if vf and 'answer_recall_content_diff' in vf else '-'} | "
@@ -276,20 +329,40 @@ def render_budgets(rows: Sequence[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def chosen_on(op: dict, short: bool = False) -> str:
+    """How an operating point's δ (``short``: its budgets' δs) was chosen, in words."""
+    if "pooled_from" in op:
+        if short:
+            return "median of the in-domain choices"
+        return "median of the in-domain choices (" + ", ".join(
+            f"{BENCHMARKS[b]} {d:g}" for b, d in op["pooled_from"].items()
+        ) + "), no data of its own"
+    return f"{op['n']} validation questions"
+
+
+def _n(d: dict[str, float]) -> str:
+    """Test questions paired, with how many have a measurable answer where that is fewer."""
+    n, m = int(d["n"]), int(d["n_answer"])
+    return f"{m} of {n}" if m != n else f"{n}"
+
+
 def render_operating(rows: Sequence[dict]) -> str:
-    lines = ["| benchmark | scorer | δ | validation tokens / keep-whole | test n | answer recall (keep-whole) | "
-             "Δ recall vs keep-whole k=5 | Δ w/o titles | test tokens / keep-whole |",
-             "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| benchmark | scorer | δ | chosen on | validation tokens / keep-whole | test n (measurable answer) | "
+             "answer recall (keep-whole) | Δ recall vs keep-whole k=5 | Δ w/o titles | test tokens / keep-whole |",
+             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         c, kw, d, op = r["canopy"], r["keep_whole"], r["vs_kw"], r["op"]
-        val = op["candidates"].get(f"{c.delta:g}")
+        val = (op.get("candidates") or {}).get(f"{c.delta:g}")
+        at_op = r["label"] == "operating point"
+        flag = " (no δ in band)" if at_op and op.get("in_band") is False else ""
+        outside = "" if not at_op or BAND[0] <= d["token_ratio"] <= BAND[1] else " (outside 72-86%)"
         lines.append(
             f"| {BENCHMARKS[r['benchmark']]} | {r['scorer']} | {c.delta:g} ({r['label']}) | "
-            f"{'-' if val is None else f'{100 * val:.0f}%'}{'' if op['in_band'] or r['label'] != 'operating point' else ' (no δ in band)'} | "
-            f"{int(d['n'])} | {100 * c.metric('answer_recall'):.1f} ({100 * kw.metric('answer_recall'):.1f}) | "
+            f"{chosen_on(op) if at_op else '-'} | {'-' if val is None else f'{100 * val:.0f}%'}{flag} | "
+            f"{_n(d)} | {100 * c.metric('answer_recall'):.1f} ({100 * kw.metric('answer_recall'):.1f}) | "
             f"{_ci(d, 'answer_recall_diff')} | "
             f"{_ci(d, 'answer_recall_content_diff') if 'answer_recall_content_diff' in d else '-'} | "
-            f"{100 * d['token_ratio']:.0f}% [{100 * d['token_ratio_ci_low']:.0f}, {100 * d['token_ratio_ci_high']:.0f}] |"
+            f"{100 * d['token_ratio']:.0f}% [{100 * d['token_ratio_ci_low']:.0f}, {100 * d['token_ratio_ci_high']:.0f}]{outside} |"
         )  # fmt: skip
     return "\n".join(lines) + "\n"
 
@@ -362,10 +435,10 @@ def plot(points: Sequence[Point], chosen: dict[str, dict[str, dict]], path: Path
 
 
 def headline(budgets: Sequence[dict], operating: Sequence[dict], n_runs: int) -> str:
-    """The README's short table: per benchmark, CANOPY fθ at the operating point and at 40/60/80%."""
-    lines = ["| benchmark (test n) | keep-whole k=5: recall, tokens | CANOPY fθ at the operating point: Δ recall "
-             "vs keep-whole, tokens | CANOPY fθ vs flat at its tokens, at 40 / 60 / 80% of keep-whole |",
-             "|---|---|---|---|"]  # fmt: skip
+    """The README's short table: per benchmark, CANOPY fθ at the operating point and at each budget's δ."""
+    lines = ["| benchmark (test questions with a measurable answer) | keep-whole k=5: recall, tokens | CANOPY fθ at "
+             "the operating point: Δ recall vs keep-whole (δ, chosen on), test token share | CANOPY fθ vs flat at its "
+             "tokens: Δ recall at each budget's δ (test token share) |", "|---|---|---|---|"]  # fmt: skip
     for bench in BENCHMARKS:
         op = next((r for r in operating if r["benchmark"] == bench and r["scorer"] == "fθ"
                    and r["label"] == "operating point"), None)  # fmt: skip
@@ -375,23 +448,31 @@ def headline(budgets: Sequence[dict], operating: Sequence[dict], n_runs: int) ->
         kw = (op or bs[0])["keep_whole"]
         op_cell = "-"
         if op:
-            op_cell = (f"{_ci(op['vs_kw'], 'answer_recall_diff')} (δ = {op['canopy'].delta:g}), "
-                       f"{100 * op['vs_kw']['token_ratio']:.0f}%")  # fmt: skip
-        flat_cell = " / ".join(f"{_ci(r['vs_flat'], 'answer_recall_diff')}" for r in bs) or "-"
-        lines.append(f"| {BENCHMARKS[bench]} ({int(kw.metric('n'))}) | {100 * kw.metric('answer_recall'):.1f}, "
+            op_cell = (f"{_ci(op['vs_kw'], 'answer_recall_diff')} (δ = {op['canopy'].delta:g}, "
+                       f"{chosen_on(op['op'])}), {100 * op['vs_kw']['token_ratio']:.0f}%")  # fmt: skip
+        flat_cell = " / ".join(f"{_ci(r['vs_flat'], 'answer_recall_diff')} ({_share(r)})" for r in bs) or "-"
+        n = _n((op or bs[0]).get("vs_kw") or bs[0]["vs_flat"])
+        lines.append(f"| {BENCHMARKS[bench]} ({n}) | {100 * kw.metric('answer_recall'):.1f}, "
                      f"{kw.tokens:.0f} | {op_cell} | {flat_cell} |")  # fmt: skip
     lines.append("")
     for bench in BENCHMARKS:
         bs = [r for r in budgets if r["benchmark"] == bench]
         if not bs:
             continue
-        flat = ", ".join(f"{verdict(r['vs_flat'])} at {100 * r['budget']:.0f}%" for r in bs if "vs_flat" in r)
-        fewer = ", ".join(f"{verdict(r['vs_kw_fewer'])} against k = {r['kw_fewer'].k} at {100 * r['budget']:.0f}%"
+        flat = ", ".join(f"{verdict(r['vs_flat'])} at {_share(r)}" for r in bs if "vs_flat" in r)
+        fewer = ", ".join(f"{verdict(r['vs_kw_fewer'])} against k = {r['kw_fewer'].k} at {_share(r)}"
                           for r in bs if "vs_kw_fewer" in r)  # fmt: skip
+        if not fewer:
+            fewer = ": no comparison, keep-whole at k < 5 delivers no fewer tokens than at k = 5"
+        else:
+            fewer = " " + fewer
         lines.append(f"- **{BENCHMARKS[bench]}**: the tree against flat leaves at its tokens {flat or '-'}; "
-                     f"against fewer whole items {fewer or '-'}.")  # fmt: skip
+                     f"against fewer whole items{fewer}.")  # fmt: skip
     lines += ["", f"<sub>Answer recall in %, Δ in points, paired over the same test questions with 95% BCa bootstrap "
-              f"CIs (`*`: excludes 0). δ chosen on validation (`experiments/tables/frontier_operating_point.json`). "
+              f"CIs (`*`: excludes 0); n: test questions with a measurable answer (of all, where fewer). δ of the "
+              f"operating point and of the budgets (40 / 60 / 80% of keep-whole's validation tokens; budgets that "
+              f"choose the same δ are shown once) chosen on validation, the zero-shot benchmark's from the in-domain "
+              f"choices (`experiments/tables/frontier_operating_point.json`); the shares are the test tokens / keep-whole's. "
               f"Generated by `python experiments/frontier.py` from {n_runs} run folders "
               f"(`experiments/runs/frontier.zip`); details in experiments/frontier.md.</sub>"]  # fmt: skip
     return "\n".join(lines) + "\n"
@@ -408,7 +489,7 @@ def generate(root: Path = ROOT, echo: bool = False) -> dict[str, Path]:
     points, chosen = load_points(test_dir), read_operating_point(root)
     if not points:
         return {}
-    budgets, operating = budget_rows(points), operating_rows(points, chosen)
+    budgets, operating = budget_rows(points, chosen), operating_rows(points, chosen)
     (root / TABLES).mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {"table:frontier_operating_point.json": root / OPERATING_POINT} if chosen else {}
     bodies = {
@@ -445,9 +526,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_operating_point(ROOT, chosen)
         for bench, by in chosen.items():
             for scorer, op in by.items():
+                if "pooled_from" in op:
+                    print(f"{bench} {scorer}: δ = {op['delta']:g}, {chosen_on(op)}")
+                    continue
                 band = "" if op["in_band"] else " (no δ in the 72-86% band: nearest)"
                 print(f"{bench} {scorer}: δ = {op['delta']:g}, validation tokens {100 * op['token_ratio']:.0f}% "
-                      f"of keep-whole{band}")  # fmt: skip
+                      f"of keep-whole on {op['n']} questions{band}")  # fmt: skip
         print(f"wrote {OPERATING_POINT}")
         return 0
     if args.command == "operating-points":

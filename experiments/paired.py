@@ -4,7 +4,7 @@ Reads ``experiments/runs/paired/<benchmark>/<system>/predictions.jsonl`` (unpack
 ``experiments/runs/paired.zip`` first), keeps the questions that every
 system of a benchmark answered (status ok: a paired comparison), and reports per system the mean EM,
 F1, evidence tokens and LLM calls, then each difference canopy - other in EM, F1 and evidence tokens
-with a paired bootstrap 95% CI (``canopy_lit.eval.metrics.paired_bootstrap_ci``, BCa). Writes
+with a paired bootstrap 95% CI (``canopy_lit.metrics.paired_bootstrap_ci``, BCa). Writes
 ``experiments/tables/paired.md`` and rewrites the ``<!-- BEGIN table:paired -->`` blocks (the full table,
 experiments/README.md) and ``table:paired_summary`` (F1 and two differences per benchmark, README.md).
 
@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # runnable from a source checkout without installing
     sys.path.insert(0, str(ROOT))
 
-from canopy_lit.eval.metrics import paired_bootstrap_ci  # noqa: E402
-from canopy_lit.eval.records import read_predictions  # noqa: E402
+from canopy_lit.eval.evidence_stats import scored_records  # noqa: E402
+from canopy_lit.metrics import paired_bootstrap_ci  # noqa: E402
 from canopy_lit.report.archive import ensure_unpacked  # noqa: E402
 
 SYSTEMS = {
@@ -43,13 +43,17 @@ SHORT = {"canopy": "canopy δ = 0", "canopy_op": "canopy at the operating point"
 BENCH_NAMES = {"hotpotqa": "HotpotQA", "nq": "NQ", "ottqa": "OTT-QA", "tatqa": "TAT-QA"}
 
 
+def answered(folder: Path) -> dict[str, dict]:
+    """Question id -> record of the questions a run folder's latest run scored and answered (status ok)."""
+    return {str(r["id"]): r for r in scored_records(folder) if r.get("status", "ok") == "ok"}
+
+
 def load(root: Path) -> dict[str, dict[str, dict[str, dict]]]:
-    """benchmark -> system -> question id -> record (ok records only)."""
+    """benchmark -> system -> question id -> record (the run's own questions, ok records only)."""
     out: dict[str, dict[str, dict[str, dict]]] = {}
     for pred in sorted(root.glob("*/*/predictions.jsonl")):
         bench, system = pred.parent.parent.name, pred.parent.name
-        recs = {r["id"]: r for r in read_predictions(pred) if r.get("status", "ok") == "ok"}
-        out.setdefault(bench, {})[system] = recs
+        out.setdefault(bench, {})[system] = answered(pred.parent)
     return out
 
 
@@ -164,7 +168,7 @@ def _frontier_records(frontier_runs: Path, bench: str, delta: float, adapter_has
             bench, "parent_relative", "fθ", 5, "full"
         ) or float(run.get("descend_margin", -1)) != delta or run.get("adapter_hash") != adapter_hash:
             continue
-        return {r["id"]: r for r in read_predictions(run_json.parent / "predictions.jsonl") if r.get("status") == "ok"}
+        return answered(run_json.parent)
     return {}
 
 
@@ -199,10 +203,7 @@ def token_rows(root: Path, frontier_runs: Path) -> list[list[str]]:
         if not (folder / "run.json").is_file() or not (root / bench / "no_projection").is_dir():
             continue
         run = json.loads((folder / "run.json").read_text(encoding="utf-8"))
-        op, kw = (
-            {r["id"]: r for r in read_predictions(root / bench / s / "predictions.jsonl") if r.get("status") == "ok"}
-            for s in ("canopy_op", "no_projection")
-        )
+        op, kw = (answered(root / bench / s) for s in ("canopy_op", "no_projection"))
         frontier = _frontier_records(frontier_runs, bench, float(run["descend_margin"]), run.get("adapter_hash"))
         ids = sorted(set(op) & set(kw) & set(frontier))
         if not ids:
@@ -295,7 +296,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "experiments" / "tables" / "paired.md")
     ap.add_argument("--docs", type=Path, nargs="*", default=[ROOT / "README.md", ROOT / "experiments" / "README.md"])
     ap.add_argument("--n-boot", type=int, default=2000)
+    ap.add_argument("--answered", type=Path, metavar="RUN_DIR",
+                    help="print how many of RUN_DIR's own questions were answered (scripts/paired.sh) and exit")
     args = ap.parse_args(argv)
+    if args.answered is not None:
+        print(len(answered(args.answered)))
+        return
     generate(ROOT, args.runs, args.out, args.docs, args.n_boot, echo=True)
 
 

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from canopy_lit.eval.metrics import paired_ratio_bootstrap_ci  # noqa: E402
+from canopy_lit.metrics import paired_ratio_bootstrap_ci  # noqa: E402
 from canopy_lit.report.archive import ensure_unpacked  # noqa: E402
 from experiments.paired import replace_block  # noqa: E402
 

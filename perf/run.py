@@ -27,6 +27,8 @@ import torch  # noqa: E402
 
 def registry() -> dict[str, Callable[[bool], dict[str, Any]]]:
     import batched_loop
+    import late_chunking
+    import memory
     import refine
     import retrieval
     import train_step
@@ -38,11 +40,13 @@ def registry() -> dict[str, Callable[[bool], dict[str, Any]]]:
         "batch_tokens": lambda q: retrieval.batch_tokens(quick=q),
         "encoder_cost": lambda q: retrieval.encoder_cost(quick=q),
         "cache_speedup": lambda q: retrieval.cache_speedup(quick=q),
+        "late_vs_node": lambda q: late_chunking.run(quick=q),
         "train_step_vs_raw": lambda q: train_step.run(quick=q),
         "train_step_gpu": lambda q: _on_cuda(lambda: train_step.run(quick=q, device="cuda", n_batches=10 if q else 30)),
         "faiss_vs_raw": lambda q: retrieval.faiss_vs_raw(quick=q),
         "scaling": lambda q: refine.scaling(q),
         "batched_vs_sequential": lambda q: batched_loop.batched_vs_sequential(q),
+        "train_memory": lambda q: memory.entry(),  # peak RSS of the MiniLM smoke training vs its 3 GB budget
     }
 
 

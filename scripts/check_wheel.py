@@ -59,11 +59,59 @@ for name in names:
         out[name] = ["fail", traceback.format_exc(limit=3)]
         continue
     out[name] = check(name, mod)
+try:  # the shipped adapters are package data: present in the wheel and matching their pinned sha256
+    if "canopy_lit.adapters" not in names:  # a checkout without shipped adapters
+        raise LookupError
+    from canopy_lit.adapters import SHIPPED, shipped_adapter
+
+    for name in SHIPPED:
+        folder = str(shipped_adapter(name))
+        out[f"adapter {name}"] = ["ok", folder] if folder.startswith(site) else ["fail", f"{folder} not in {site}"]
+except LookupError:
+    pass
+except Exception:
+    out["canopy_lit.adapters (shipped adapters)"] = ["fail", traceback.format_exc(limit=3)]
 for name, mod in list(sys.modules.items()):  # submodules pulled in along the way, too
     if name.split(".")[0] == "canopy_lit" and check(name, mod)[0] == "fail":
         out[name] = check(name, mod)
 print("@@" + json.dumps(out))
 """
+
+
+_SNIPPET_CHILD = r"""
+import sys
+site, code = sys.argv[1], sys.argv[2]
+sys.path.insert(0, site)
+sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable__")]
+exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+import canopy_lit
+assert canopy_lit.__file__.startswith(site), f"canopy_lit imported from {canopy_lit.__file__}, not {site}"
+"""
+
+
+def readme_snippet(readme: Path) -> str:
+    """The README's library block: its one python block that imports ``compress``."""
+    import re
+
+    blocks = re.findall(r"^```python\n(.*?)^```$", readme.read_text(encoding="utf-8"), re.S | re.M)
+    found = [b for b in blocks if "from canopy_lit import compress" in b]
+    if len(found) != 1:
+        raise SystemExit(f"error: {readme}: expected one python block importing compress, found {len(found)}")
+    return found[0]
+
+
+def run_snippet(site: Path, readme: Path) -> int:
+    """Run the README's library snippet with the installed wheel from an empty folder (no checkout)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="canopy-readme-") as empty:
+        proc = subprocess.run([sys.executable, "-I", "-c", _SNIPPET_CHILD, str(site), readme_snippet(readme)],
+                              cwd=empty, capture_output=True, text=True)  # fmt: skip
+    if proc.returncode != 0:
+        print(f"FAILED the README library snippet from an empty folder:\n{proc.stderr[-4000:]}", file=sys.stderr)
+        return 1
+    print(f"README library snippet: ran from an empty folder with the wheel ({len(proc.stdout.splitlines())} lines)")
+    return 0
 
 
 def modules(base: Path, package: str = "canopy_lit") -> list[str]:
@@ -88,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("site", type=Path, help="folder the wheel was installed into (pip install --target)")
     ap.add_argument("--source", type=Path, default=Path(__file__).resolve().parents[1],
                     help="checkout whose canopy_lit modules must all import from the wheel (default: this one)")  # fmt: skip
+    ap.add_argument("--readme", type=Path, default=None,
+                    help="also run this README's library snippet from an empty folder with the wheel")  # fmt: skip
     args = ap.parse_args(argv)
     site = args.site.resolve()
     if not (site / "canopy_lit").is_dir():
@@ -120,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"wheel check: {ok} imported, {len(results) - ok - len(failed)} skipped, {len(failed)} failed ({site})"
     )
-    return 1 if failed else 0
+    if failed:
+        return 1
+    return run_snippet(site, args.readme.resolve()) if args.readme else 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The paired end-to-end comparison (issue: "does CANOPY give better answers from fewer tokens?"):
 # the same test questions through canopy (δ = 0, the paper's rule), canopy at the operating point (the δ that
-# experiments/frontier.py chose on validation for that benchmark: experiments/tables/frontier_operating_point.json),
+# experiments/frontier.py chose on validation for that benchmark, for zero-shot TAT-QA the median of the in-domain
+# choices: experiments/tables/frontier_operating_point.json),
 # canopy w/o projection (refine=keep_whole), canopy w/o iteration (loop.max_rounds=1) and vanilla (k = 5), retrieving from the unified corpus of every bundled benchmark
 # (retriever=corpus: 24,837 items), with the CPU default reader (Qwen2.5-Coder-1.5B, llama.cpp).
 # The corpus is ranked by BM25 by default (RETRIEVAL=bm25: indexed in about a minute); RETRIEVAL=default
@@ -58,8 +59,10 @@ for ((n = STEP; n <= N; n += STEP)); do
         [ -n "$delta" ] || { echo "paired.sh: no operating point for $bench: $name skipped" >&2; continue; }
         overrides=${overrides//DELTA/$delta}
       fi
-      # a folder that already answered n questions is skipped without a model load (~10 s per system and step)
-      done_ok=$(grep -c '"status": "ok"' "$OUT/$bench/$name/predictions.jsonl" 2>/dev/null || true)
+      # a folder whose latest run answered n questions is skipped without a model load (~10 s per system and
+      # step); its own questions are those of question_ids.json, not every record of predictions.jsonl
+      done_ok=0
+      [ ! -f "$OUT/$bench/$name/predictions.jsonl" ] || done_ok=$("$PY" experiments/paired.py --answered "$OUT/$bench/$name")
       [ "${done_ok:-0}" -lt "$n" ] || continue
       # shellcheck disable=SC2086
       OMP_NUM_THREADS=1 "$PY" evaluate.py experiment=quickstart_eval data="$bench" data.split=test limit="$n" \

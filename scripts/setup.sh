@@ -43,10 +43,10 @@ install_torch() {  # prints what it does; with --dry-run only that
   index=$(torch_index)
   if [ -n "$index" ]; then
     echo "torch: pip install $TORCH_SPEC --index-url $index"
-    [ -n "${DRY_RUN:-}" ] || python -m pip install -q "$TORCH_SPEC" --index-url "$index"
+    [ -n "${DRY_RUN:-}" ] || python -m pip install -q --no-compile "$TORCH_SPEC" --index-url "$index"
   else
     echo "torch: pip install $TORCH_SPEC (configured package index)"
-    [ -n "${DRY_RUN:-}" ] || python -m pip install -q "$TORCH_SPEC"
+    [ -n "${DRY_RUN:-}" ] || python -m pip install -q --no-compile "$TORCH_SPEC"
   fi
 }
 
@@ -61,14 +61,24 @@ fi
 python -m pip install -q --upgrade pip
 install_torch
 # openai: the official client behind llm=openai (small, pure Python); wandb: logger=wandb and W&B sweeps
-# (offline without a key); optuna: the Hydra Optuna sweeper behind hparams_search=lora_optuna.
-python -m pip install -q -e ".[dev,video,openai,parallel,wandb,optuna,docs,langchain,llamaindex]"
+# (offline without a key); optuna: the Hydra Optuna sweeper behind hparams_search=lora_optuna; cluster: the
+# submitit launcher behind hydra/launcher=submitit_local|submitit_slurm (its grid test runs in the suite).
+# serve: FastAPI + uvicorn behind python -m canopy_lit.serve (its HTTP tests run in the suite).
+# --no-compile (torch too): pip would byte-compile every installed module (~23k files, ~40 s of one core) though
+# a run imports a fraction of them; Python compiles and caches those on first import instead.
+# Its build backend's notes (setuptools' editable-install warning) are kept in .venv/pip-install.log and shown
+# only when the install fails.
+python -m pip install -q --no-compile -e ".[dev,video,openai,parallel,cluster,wandb,optuna,docs,langchain,llamaindex,serve]" \
+  > .venv/pip-install.log 2>&1 || { cat .venv/pip-install.log >&2; exit 1; }
 
 # Tesseract OCR for the CPU visual describer (Debian/Ubuntu; skipped elsewhere or without root).
 if ! command -v tesseract >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    (apt-get update -qq && apt-get install -y -qq tesseract-ocr tesseract-ocr-eng >/dev/null) \
-      || echo "warning: could not install tesseract-ocr; OCR in the visual describer is disabled" >&2
+    # apt's own chatter (debconf's "delaying package configuration") goes to a log, shown when it fails.
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tesseract-ocr tesseract-ocr-eng) \
+      > .venv/apt-tesseract.log 2>&1 \
+      || { cat .venv/apt-tesseract.log >&2
+           echo "warning: could not install tesseract-ocr; OCR in the visual describer is disabled" >&2; }
   else
     echo "note: install tesseract-ocr for OCR in the visual describer" >&2
   fi

@@ -1,7 +1,8 @@
 """A loopback HTTP server for tests of the OpenAI-compatible backend.
 
-Each POST goes to ``handle(path, body, headers) -> (status, body bytes)`` on a server thread; tests
-script the replies (unit tier) or forward them to a real llama.cpp server (integration tier).
+Each POST goes to ``handle(path, body, headers) -> (status, body bytes)`` on a server thread (or
+``(status, body bytes, content type)`` for a reply that is not ``application/json``); tests script the
+replies (unit tier) or forward them to a real llama.cpp server (integration tier).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import threading
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-Handle = Callable[[str, bytes, Mapping[str, str]], tuple[int, bytes]]
+Handle = Callable[[str, bytes, Mapping[str, str]], tuple[int, bytes] | tuple[int, bytes, str]]
 
 
 class LoopbackServer:
@@ -23,9 +24,9 @@ class LoopbackServer:
 
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                status, data = handle(self.path, body, self.headers)
+                status, data, *kind = handle(self.path, body, self.headers)
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", kind[0] if kind else "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)

@@ -10,8 +10,10 @@ Stages, one module each:
 - ``generate``: each top-k clip to the reader in its winning configuration's representation
 - ``metrics``: retrieval recall@k against the evidence clip, top-1 temporal IoU, answer accuracy
 - ``stages``: ``CarvePipeline``, one question through stage 1, the method's ranking and the reader
-- ``pipeline``: runs over question lists through the shared harness (``run(cfg)``, the runner of
-  ``method=carve``); CLI ``python -m canopy_lit.carve run|compare ...``
+
+Runs over question lists go through the shared harness in ``canopy_lit.eval.carve`` (``run(cfg)``, the
+runner of ``method=carve``, beside the other modes' runners: it needs the composition root, which builds
+this package's parts, so it cannot live in it); CLI ``python -m canopy_lit.carve run|compare ...``.
 
 Every part is built from config by ``canopy_lit.pipeline.build`` (``CarveParts``, ``build_carve_*``).
 """

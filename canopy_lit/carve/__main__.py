@@ -27,8 +27,8 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
-from canopy_lit.carve.pipeline import load_triples, metrics_table, run_methods
 from canopy_lit.carve.representations import CONFIGS, check_config
+from canopy_lit.eval.carve import load_triples, metrics_table, run_methods
 from canopy_lit.eval.harness import RunFailed
 from canopy_lit.schema import ConfigError
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from canopy_lit.carve.representations import CONFIGS
-from canopy_lit.eval.metrics import choice_accuracy, normalize_answer
+from canopy_lit.metrics import choice_accuracy, normalize_answer
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 The ranking is the ``carve/method`` group's ``ClipRanking``: ``ClipAdaptiveReranker`` (CARVE's
 stage 2), ``FusionRanking`` (rrf) or ``SingleConfigRanking`` (single:<config>). ``answer`` returns the
-question's record; a question list runs through the shared harness (``canopy_lit.carve.pipeline``),
+question's record; a question list runs through the shared harness (``canopy_lit.eval.carve``),
 and ``canopy_lit.pipeline.build`` builds the pipeline from config.
 """
 

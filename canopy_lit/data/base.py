@@ -239,7 +239,9 @@ def register_benchmark(
     Args:
         name: the key ``load_benchmark`` and ``data.name`` use (lower case).
         reader: the reader or its dotted path (see ``resolve_reader``), resolved here so a typo fails now.
-        description, bundled, defaults: as in ``BenchmarkSpec``.
+        description: as in ``BenchmarkSpec``.
+        bundled: see ``description``.
+        defaults: see ``description``.
         replace: allow replacing an existing entry (otherwise a clash is a ValueError).
     """
     key = name.lower()

@@ -82,9 +82,11 @@ def load_benchmark(
             relative paths in the registry defaults resolve under the data folder.
 
     Raises:
-        KeyError: unknown benchmark. ValueError: unknown reader option. FileNotFoundError: missing file.
-        DataFormatError: malformed record (message names file and record). ImportError: ``reader``
-        does not import.
+        KeyError: unknown benchmark.
+        ValueError: unknown reader option.
+        FileNotFoundError: missing file.
+        DataFormatError: malformed record (message names file and record).
+        ImportError: ``reader`` does not import.
     """
     key = name.lower()
     if reader is None:

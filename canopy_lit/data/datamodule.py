@@ -12,6 +12,7 @@ DDP processes itself (disjoint instances, the same number of batches per rank).
 from __future__ import annotations
 
 import logging
+import math
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,16 +21,16 @@ from typing import Any
 import lightning as L
 import torch
 from torch.nn.utils.rnn import pad_sequence
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, SequentialSampler
 
+from canopy_lit.data.batch import PreferenceBatch
 from canopy_lit.data.benchmark import load_benchmark
-from canopy_lit.data.splits import split_questions
+from canopy_lit.data.splits import carve_val, split_questions
 from canopy_lit.encoders.base import EncoderInput
+from canopy_lit.errors import ConfigError
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.schema import ConfigError
 from canopy_lit.supervision import Instance, PairKind, add_hard_negatives, training_instances
 from canopy_lit.supervision import InstanceStats as SplitStats
-from canopy_lit.training.batch import PreferenceBatch
 from canopy_lit.types import NodeInput, Question, Tree
 
 log = logging.getLogger(__name__)
@@ -401,9 +402,15 @@ class PreferenceDataModule(L.LightningDataModule):
         branching: tree branching factor B when no ``tree`` is given (default 2); with a ``tree`` it
             must match ``tree.branching``.
         batch_size: instances per batch and process (paper: 16).
-        num_workers, pin_memory, persistent_workers: DataLoader knobs (collate only pads cached ids,
+        num_workers: DataLoader knobs (collate only pads cached ids,
             so workers mostly overlap host-to-device copies; pinned memory enables async copies).
-        seed: split seed, question-subsampling seed and batch-order seed.
+        pin_memory: see ``num_workers``.
+        persistent_workers: see ``num_workers``.
+        seed: the training seed: batch order only.
+        split_seed: seed of the train / val / test split and of the ``max_questions`` subsets (default 0,
+            as evaluation's ``data.seed``). Kept apart from ``seed``, so that another training seed trains on
+            the same questions and never on the test questions of the split evaluation reads; the adapter
+            records it (``split_record``), and evaluate.py refuses a split made with another seed.
         val_fraction: share of training questions moved to validation when the benchmark has no val split.
         group_by_item: training batches keep each (question, gold item)'s instances together, so shared
             nodes are encoded once per batch (cheaper steps; groups are still shuffled).
@@ -427,6 +434,7 @@ class PreferenceDataModule(L.LightningDataModule):
         val_fraction: float = 0.1,
         group_by_item: bool = False,
         hard_negatives: int = 0,
+        split_seed: int = 0,
     ) -> None:
         super().__init__()
         if int(hard_negatives) < 0:
@@ -459,6 +467,7 @@ class PreferenceDataModule(L.LightningDataModule):
         self.pin_memory = pin_memory
         self.persistent_workers = persistent_workers and num_workers > 0
         self.seed = seed
+        self.split_seed = int(split_seed)
         self.val_fraction = val_fraction
         self.group_by_item = group_by_item
         self.hard_negatives = int(hard_negatives)
@@ -469,22 +478,30 @@ class PreferenceDataModule(L.LightningDataModule):
         self._train_epoch = 0  # restored from a checkpoint before the train sampler exists
 
     # --------------------------------------------------------------- wiring
-    def set_tokenizer(self, tokenize: Tokenize) -> None:
-        """The encoder's tokenizer; collate output then carries token tensors (ids cached per dataset)."""
-        self.collate.tokenize = tokenize
-        self.pretokenize()
+    def set_tokenizer(self, tokenize: Tokenize, pretokenize: bool = True) -> None:
+        """The encoder's tokenizer; collate output then carries token tensors (ids cached per dataset).
 
-    def pretokenize(self) -> int:
-        """Tokenise every distinct text-only node input and question of the loaded splits once."""
+        ``pretokenize``: tokenise the loaded splits now; False leaves each split to its first loader
+        (``train.py``: the test split's tokens are not held through fit). The ids are the same either way.
+        """
+        self.collate.tokenize = tokenize
+        if pretokenize:
+            self.pretokenize()
+
+    def pretokenize(self, splits: Sequence[str] | None = None) -> int:
+        """Tokenise every distinct text-only node input and question of the loaded ``splits`` (default: all) once."""
         if self.collate.tokenize is None or not self.examples:
             return 0
         inputs: list[EncoderInput] = []
-        for examples in self.examples.values():
+        for split, examples in self.examples.items():
+            if splits is not None and split not in splits:
+                continue
             for e in examples:
                 inputs.append(e.question)
                 inputs.extend(e.inputs)
         added = self.collate.pretokenize(inputs)
-        log.info("pre-tokenised %d distinct texts", added)
+        if added:
+            log.info("pre-tokenised %d distinct texts%s", added, f" ({', '.join(splits)})" if splits else "")
         return added
 
     @classmethod
@@ -508,12 +525,12 @@ class PreferenceDataModule(L.LightningDataModule):
 
     # --------------------------------------------------------------- loading
     def _split(self, bench: Any, split: str, options: dict[str, Any]) -> list[Question]:
-        qs = list(split_questions(bench, split, seed=self.seed))
+        qs = list(split_questions(bench, split, seed=self.split_seed))
         cap = options.get("max_questions")
         if isinstance(cap, Mapping):
             cap = cap.get(split)
         if cap is not None and len(qs) > int(cap):
-            rng = random.Random(f"{self.seed}:{bench.name}:{split}")
+            rng = random.Random(f"{self.split_seed}:{bench.name}:{split}")
             qs = rng.sample(qs, int(cap))
         return qs
 
@@ -532,9 +549,8 @@ class PreferenceDataModule(L.LightningDataModule):
             else:
                 splits = {s: self._split(bench, s, options) for s in SPLITS}
             if not splits["val"] and splits["train"]:
-                # No val split for this benchmark: hold out a slice of its training questions.
-                k = max(1, int(round(len(splits["train"]) * self.val_fraction)))
-                splits["val"], splits["train"] = splits["train"][:k], splits["train"][k:]
+                # No val split for this benchmark: hold out whole document groups of its training questions.
+                splits["val"], splits["train"] = carve_val(splits["train"], self.val_fraction, self.split_seed)
             self.stats[name] = {}
             for s, qs in splits.items():
                 st = SplitStats()
@@ -581,7 +597,25 @@ class PreferenceDataModule(L.LightningDataModule):
         self.samplers[split] = sampler
         return sampler
 
+    def _overfit_batches(self) -> int | float:
+        """The attached trainer's ``overfit_batches`` (0 without a trainer, or when not overfitting)."""
+        return getattr(getattr(self, "trainer", None), "overfit_batches", 0) or 0
+
+    def _fixed_batches_loader(self, overfit: int | float) -> DataLoader:
+        """The first batches of epoch 0's training order, replayed every epoch and validated on
+        (``trainer.overfit_batches``: N batches, or a fraction of them): can the model learn these at all?
+        Lightning would swap the batch sampler for a ``SequentialSampler`` over single examples; a sequential
+        sampler over whole batches it leaves alone."""
+        batches = list(self.sampler("train"))
+        n = int(overfit) if overfit >= 1 else max(1, math.ceil(float(overfit) * len(batches)))
+        data = ExampleDataset(self.examples["train"])
+        fixed = [data[b] for b in batches[:n]]
+        return DataLoader(fixed, sampler=SequentialSampler(fixed), batch_size=None, collate_fn=self.collate)  # type: ignore[arg-type]
+
     def _loader(self, split: str) -> DataLoader:
+        self.pretokenize((split,))  # a no-op once the split's texts are cached (set_tokenizer, an earlier loader)
+        if split in ("train", "val") and self._overfit_batches():
+            return self._fixed_batches_loader(self._overfit_batches())
         # batch_size=None: the sampler yields whole batches (lists of indices) and shards them itself.
         return DataLoader(
             ExampleDataset(self.examples.get(split) or []),
@@ -644,9 +678,20 @@ class PreferenceDataModule(L.LightningDataModule):
             "tree.renderer": self.hierarchy.fingerprint,
             "batch_size": self.batch_size,
             "seed": self.seed,
+            "split_seed": self.split_seed,
             "val_fraction": self.val_fraction,
             "group_by_item": self.group_by_item,
             "hard_negatives": self.hard_negatives,
+        }
+
+    @property
+    def split_record(self) -> dict[str, Any]:
+        """What an adapter trained on this data records of its split (``splits.record_adapter_split``): the
+        split seed and the benchmarks trained on, which evaluate.py checks ``data.seed`` against."""
+        return {
+            "split_seed": self.split_seed,
+            "benchmarks": list(self.in_domain_names),
+            "zero_shot": list(self.zero_shot_names),
         }
 
     def check_fingerprint(self, stored: Mapping[str, Any], source: str = "the checkpoint") -> None:
@@ -656,6 +701,8 @@ class PreferenceDataModule(L.LightningDataModule):
             ConfigError: one line naming each differing ``datamodule.*`` setting, stored vs. this run.
         """
         mine = self.fingerprint
+        if "split_seed" not in stored and "seed" in stored:  # written before the split had its own seed
+            stored = {**stored, "split_seed": stored["seed"]}
         both = set(stored.get("benchmarks", [])) | set(stored.get("zero_shot", []))
         both &= set(self.benchmark_names)
         diffs = []

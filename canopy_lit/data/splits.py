@@ -11,17 +11,28 @@ A question whose reader fixed its split (``Question.meta["split"]``, HotpotQA: t
 train file trains, the dev file tests) keeps it; without fixed ``val`` questions, ``val``
 is carved from the train questions by the same group hash. A train or val group that
 shares a document with a test question (a train group one with a val question) is left
-out (counted by ``split_report``).
+out (counted by ``split_report``). A question without a fixed split whose group holds fixed
+questions follows them (test before val before train), so mixing records with and without a
+``split`` keeps the splits document-disjoint.
+
+The split seed is a setting of the data, not of training (``datamodule.split_seed``, evaluation's
+``data.seed``, both 0 by default): an adapter records the seed of the split it trained on
+(``record_adapter_split``) and ``adapter_split_problem`` names an evaluation that would test it on
+a split made with another seed, i.e. partly on its own training questions.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 from canopy_lit.data.base import Benchmark
 from canopy_lit.data.benchmark import load_benchmark
+from canopy_lit.encoders.fingerprint import FINGERPRINT_FILE, read_fingerprint
 from canopy_lit.types import Question
 
 SPLITS = ("train", "val", "test")
@@ -75,23 +86,45 @@ def assign_splits(
     group = groups(bench.questions)
     fixed_test = {group[q.id] for q in bench.questions if q.meta.get("split") == "test"}
     fixed_val = {group[q.id] for q in bench.questions if q.meta.get("split") == "val"}
+    fixed_train = {group[q.id] for q in bench.questions if q.meta.get("split") == "train"}
+    share_val = f_val / (f_train + f_val) if f_train + f_val > 0 else 0.0
     out: dict[str, str | None] = {}
     for q in bench.questions:
         g, fixed = group[q.id], q.meta.get("split")
         u = _unit(g, seed)
-        if fixed == "test":
+        if fixed == "test" or (fixed is None and g in fixed_test):
+            # A question without a fixed split follows the fixed questions of its document group, or
+            # its documents would span two splits.
             out[q.id] = "test"
-        elif fixed in ("train", "val"):
+        elif fixed is None and g in fixed_val:
+            out[q.id] = "val"
+        elif fixed in ("train", "val") or (fixed is None and g in fixed_train):
             if g in fixed_test:
                 out[q.id] = None
             elif fixed_val:  # the data names its val questions: keep both splits as given
                 out[q.id] = "val" if fixed == "val" else None if g in fixed_val else "train"
             else:
-                share_val = f_val / (f_train + f_val) if f_train + f_val > 0 else 0.0
                 out[q.id] = "val" if u < share_val else "train"
         else:
             out[q.id] = "train" if u < f_train else "val" if u < f_train + f_val else "test"
     return out
+
+
+def carve_val(train: Sequence[Question], fraction: float, seed: int = 0) -> tuple[list[Question], list[Question]]:
+    """(val, train): about ``fraction`` of the ``train`` questions held out for validation, by whole document
+    groups (in hash order of the group ids), so no document spans the two; at least one question when
+    ``fraction`` > 0. A single group cannot be split: it stays train, and val is empty."""
+    want = max(1, int(round(len(train) * fraction))) if fraction > 0 else 0
+    group = groups(train)
+    sizes = Counter(group.values())
+    held: set[str] = set()
+    count = 0
+    for g in sorted(sizes, key=lambda g: (_unit(g, seed), g)):
+        if count >= want or len(held) + 1 >= len(sizes):  # keep one group for training
+            break
+        held.add(g)
+        count += sizes[g]
+    return [q for q in train if group[q.id] in held], [q for q in train if group[q.id] not in held]
 
 
 def split_questions(
@@ -145,3 +178,82 @@ def load_split(
     """
     bench = load_benchmark(name, path, reader=reader, **dict(options or {}))
     return bench, split_questions(bench, split, seed)
+
+
+# ----------------------------------------------------------------- the split an adapter trained on
+SPLIT_KEY = "split"  # the key of encoder_fingerprint.json that holds the training split's record
+
+
+def record_adapter_split(adapter: str | Path, record: Mapping[str, Any]) -> None:
+    """Add the training split's record (``PreferenceDataModule.split_record``: split seed, benchmarks) to the
+    ``encoder_fingerprint.json`` of adapter folder ``adapter``."""
+    path = Path(adapter) / FINGERPRINT_FILE
+    meta = read_fingerprint(adapter) or {}
+    meta[SPLIT_KEY] = dict(record)
+    path.write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def adapter_split(adapter: str | Path) -> dict[str, Any] | None:
+    """The split record of an adapter folder: its ``encoder_fingerprint.json``'s, else (an adapter saved
+    before the record existed) what the training run's ``.hydra/config.yaml`` beside it says; None when
+    neither is there."""
+    adapter = Path(adapter)
+    recorded = (read_fingerprint(adapter) or {}).get(SPLIT_KEY)
+    if isinstance(recorded, dict) and "split_seed" in recorded:
+        return recorded
+    config = adapter.parent / ".hydra" / "config.yaml"
+    if not config.is_file():
+        return None
+    from omegaconf import OmegaConf
+
+    try:
+        cfg = OmegaConf.load(config)
+        dm = OmegaConf.select(cfg, "datamodule")
+        if dm is None or "benchmarks" not in dm:
+            return None
+        # older runs split with datamodule.seed (the training seed)
+        seed = OmegaConf.select(cfg, "datamodule.split_seed", default=None)
+        seed = OmegaConf.select(cfg, "datamodule.seed") if seed is None else seed
+        names = OmegaConf.to_container(dm.benchmarks, resolve=True)
+        zero = OmegaConf.to_container(dm.zero_shot, resolve=True) if "zero_shot" in dm else []
+    except Exception:  # an unreadable or unresolvable old config: nothing to check against
+        return None
+    return {"split_seed": int(seed), "benchmarks": list(names or []), "zero_shot": list(zero or [])}
+
+
+def adapter_split_problem(adapter: str | Path | None, benchmark: str, split: str, seed: int) -> str | None:
+    """Why evaluating ``adapter`` on ``split`` of ``benchmark`` split with ``seed`` would test it on questions
+    it trained on (one line), or None: no adapter, ``split="all"``, a benchmark it never trained on, the same
+    seed, or an adapter that records no split."""
+    if adapter is None or str(adapter) in ("", "None", "null") or split == "all":
+        return None
+    record = adapter_split(adapter)
+    if record is None or benchmark not in list(record.get("benchmarks") or []):
+        return None
+    trained = int(record["split_seed"])
+    if trained == int(seed):
+        return None
+    return (
+        f"encoder.adapter {adapter} was trained on {benchmark}'s split made with split seed {trained} "
+        f"(datamodule.split_seed), but data.seed={seed} makes another {split} split, which holds questions the "
+        f"adapter trained on: evaluate with data.seed={trained}"
+    )
+
+
+def eval_split_problem(cfg: Any) -> str | None:
+    """``adapter_split_problem`` for an evaluation config (``encoder.adapter``, ``data.name / split / seed``;
+    a relative adapter path as given, else under ``paths.root_dir``); None in retrieval mode, which reads
+    no ``data`` split."""
+    from omegaconf import OmegaConf
+
+    adapter = OmegaConf.select(cfg, "encoder.adapter", default=None)
+    data = OmegaConf.select(cfg, "data", default=None)
+    if not adapter or data is None or OmegaConf.select(cfg, "mode", default="qa") == "retrieval":
+        return None
+    path = Path(str(adapter))
+    root = OmegaConf.select(cfg, "paths.root_dir", default=None)
+    if not path.exists() and not path.is_absolute() and root:
+        path = Path(str(root)) / path
+    return adapter_split_problem(
+        path, str(data.get("name")), str(data.get("split", "test")), int(data.get("seed", 0) or 0)
+    )

@@ -46,13 +46,16 @@ def load_encoder(
 
     Args:
         backbone: ``"minilm"`` (bundled all-MiniLM-L6-v2), ``"mpnet"``, ``"qwen3vl"``, a hub id or a local folder.
-        adapter: a folder written by ``NodeEncoder.save_adapter`` (or ``None`` = f0 everywhere).
+        adapter: a folder written by ``NodeEncoder.save_adapter``, the name of an adapter shipped in the
+            package (``"quickstart"``: ``canopy_lit.adapters``), or ``None`` = f0 everywhere.
         adapter_scale: weight-space interpolation of fθ toward f0 (1 = as trained, 0 = f0). Only with an adapter.
         **kwargs: the class's other arguments (``max_seq_length``, ``device``, ``torch_dtype`` ...).
     """
+    from canopy_lit.adapters import resolve_adapter
     from canopy_lit.encoders.qwen3vl import Qwen3VLEncoder, is_qwen3vl
     from canopy_lit.encoders.text import TextEncoder
 
+    adapter = resolve_adapter(adapter)
     name = str(backbone)
     if is_qwen3vl(name):
         return Qwen3VLEncoder(name, adapter=adapter, adapter_scale=adapter_scale, **kwargs)

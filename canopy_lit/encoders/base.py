@@ -127,6 +127,9 @@ class NodeEncoder(ABC, nn.Module):
         # Inference batches hold at most this many padded tokens (None = ``batch_size`` inputs only):
         # on CPU a batch of 64 x 256-token nodes is memory-bound and slower per token than small ones.
         self.max_batch_tokens: int | None = None
+        # How node embeddings are formed: "node" = each node's rendering encoded alone; "late" = one forward
+        # per item, each node pooled over its span's token states (``encode_spans``; encoders that support it)
+        self.node_pooling = "node"
 
     # ----------------------------------------------------------------- subclass hooks
     @abstractmethod
@@ -374,8 +377,10 @@ class NodeEncoder(ABC, nn.Module):
 
     @property
     def fingerprint(self) -> str:
-        """Backbone + adapter identity: the key of any node-embedding cache."""
-        return f"{type(self).__name__}:{self.name}:{self._backbone_hash}:adapter={self.adapter_hash()}"
+        """Backbone + adapter identity (+ ``nodes=late...`` for late-chunked node embeddings): the key of any
+        node-embedding cache, so per-node and late-chunked vectors never share a store."""
+        late = f":nodes={self.node_pooling}" if self.node_pooling != "node" else ""
+        return f"{type(self).__name__}:{self.name}:{self._backbone_hash}{late}:adapter={self.adapter_hash()}"
 
     @contextlib.contextmanager
     def adapter_disabled(self) -> Iterator[None]:
@@ -429,6 +434,14 @@ class NodeEncoder(ABC, nn.Module):
     def encode_nodes(self, inputs: Sequence[EncoderInput], batch_size: int | None = None) -> torch.Tensor:
         """(N, D) L2-normalised node embeddings with fθ (== f0 when there is no adapter)."""
         return self._encode(list(inputs), batch_size)
+
+    def encode_spans(
+        self, items: Sequence[tuple[str, Sequence[Sequence[tuple[int, int]]]]], grad: bool = False
+    ) -> list[torch.Tensor]:
+        """Late-chunked node embeddings: per (item text, per-node character ranges), an (n_nodes, D) tensor.
+
+        Only encoders with token offsets implement it (``TextEncoder``)."""
+        raise NotImplementedError(f"{type(self).__name__} has no late-chunked node pooling (encoder.node_pooling=late)")
 
     def score(self, query: str, nodes: Sequence[EncoderInput]) -> torch.Tensor:
         """(N,) s(q, v) = cos(f0(q), fθ(v)) for one query and N nodes."""

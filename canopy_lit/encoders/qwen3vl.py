@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from canopy_lit.adapters import resolve_adapter
 from canopy_lit.encoders.base import EncoderInput, NodeEncoder, adapter_scale_of, backbone_hash, input_text
 from canopy_lit.encoders.fingerprint import adapter_max_seq_length
 from canopy_lit.types import Frame, NodeInput
@@ -77,6 +78,19 @@ def _load_images(frames: Sequence[Any]) -> list[Any]:
     return out
 
 
+def _processor_max_pixels(processor: Any, default: int) -> int | None:
+    """The pixel cap ``processor``'s image processor resizes to (``max_pixels``, else ``size.longest_edge``);
+    ``default`` (the argument it was built with) when it names none; None without a processor."""
+    if processor is None:
+        return None
+    images = getattr(processor, "image_processor", processor)
+    value = getattr(images, "max_pixels", None)
+    if value is None:
+        size = getattr(images, "size", None)  # transformers 5 keeps the cap in size.longest_edge (a SizeDict)
+        value = size.get("longest_edge") if isinstance(size, dict) else getattr(size, "longest_edge", None)
+    return int(value) if value is not None else int(default)
+
+
 class Qwen3VLEncoder(NodeEncoder):
     """Qwen3-VL-Embedding node encoder.
 
@@ -126,6 +140,7 @@ class Qwen3VLEncoder(NodeEncoder):
         super().__init__()
         if max_frames_per_node is not None and max_frames_per_node < 1:
             raise ValueError(f"max_frames_per_node must be >= 1 or None, got {max_frames_per_node}")
+        adapter = resolve_adapter(adapter)  # a shipped adapter's name ("quickstart") -> its package folder
         adapter_scale = adapter_scale_of(adapter, adapter_scale)
         max_seq_length = max_seq_length or adapter_max_seq_length(adapter) or DEFAULT_MAX_SEQ_LENGTH
         backbone = qwen3vl_backbone(str(backbone))
@@ -168,6 +183,10 @@ class Qwen3VLEncoder(NodeEncoder):
         self.patch_token_ids = {grid: getattr(cfg, name, None) for _, grid, name in PATCH_INPUTS}
         self.spatial_merge_size = int(getattr(getattr(cfg, "vision_config", None), "spatial_merge_size", 2))
         self.batch_size = batch_size
+        # What the vectors depend on besides the weights: the weights' dtype and the image resolution the
+        # processor resizes to (the processor's own setting when one is passed in).
+        self.torch_dtype = str(next(self.model.parameters()).dtype).removeprefix("torch.")
+        self.max_pixels = _processor_max_pixels(processor, max_pixels)
         self._backbone_hash = backbone_hash(
             local if local.is_dir() else None, f"{self.name}|{max_seq_length}"
         )
@@ -175,6 +194,17 @@ class Qwen3VLEncoder(NodeEncoder):
         self.model.to(device)
         if adapter:
             self.load_adapter(adapter, scale=adapter_scale)
+
+    @property
+    def fingerprint(self) -> str:
+        """Backbone + dtype + image resolution + adapter: the key of node and corpus embedding caches.
+
+        dtype and ``max_pixels`` sit beside the backbone hash, not in it: an adapter trained at one of
+        them still loads at another (``load_adapter`` compares backbone hashes)."""
+        settings = f"dtype={self.torch_dtype},max_pixels={self.max_pixels}"
+        return (
+            f"{type(self).__name__}:{self.name}:{self._backbone_hash}|{settings}:adapter={self.adapter_hash()}"
+        )
 
     def freeze_vision(self) -> None:
         visual = getattr(self.model, "visual", None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from canopy_lit.adapters import resolve_adapter
 from canopy_lit.encoders.base import EncoderInput, NodeEncoder, adapter_scale_of, backbone_hash, input_text
 from canopy_lit.encoders.fingerprint import adapter_max_seq_length
 
@@ -22,6 +24,35 @@ EXTRA_LORA_TARGETS = {"mpnet": ["q", "v"]}
 # limit rather than their model cards' 256, at which 155 of 250 OTT-QA gold tables lose rows
 # (experiments/max_seq_length.md). A backbone with fewer positions gets its own limit.
 DEFAULT_MAX_SEQ_LENGTH = 512
+
+
+NODE_POOLINGS = ("node", "late", "late_region")
+
+
+def window_plan(n_tokens: int, width: int) -> tuple[list[tuple[int, int]], list[int]]:
+    """Overlapping windows over ``n_tokens`` content tokens for late chunking, and each token's owner.
+
+    Rule: one window when the item fits (``n_tokens <= width``); otherwise windows of ``width`` tokens at
+    stride ``width // 2`` from the start, the last one flush with the end. Each token's state is taken
+    from the window whose centre is nearest to it (ties: the earlier window), so every token is read
+    with at least a quarter window of context on each side where the item allows, and exactly once.
+
+    Returns:
+        ``(windows, owner)``: half-open token ranges, and the window index of each token.
+    """
+    if width < 1:
+        raise ValueError(f"late-chunking window must hold at least one token, got {width}")
+    if n_tokens <= width:
+        return [(0, n_tokens)], [0] * n_tokens
+    stride = max(1, width // 2)
+    starts = list(range(0, n_tokens - width, stride)) + [n_tokens - width]
+    windows = [(a, a + width) for a in starts]
+    # min over the windows containing j of the distance to its centre (doubled, to stay in integers)
+    owner = [
+        min((w for w, (a, b) in enumerate(windows) if a <= j < b), key=lambda w: (abs(2 * j + 1 - sum(windows[w])), w))
+        for j in range(n_tokens)
+    ]
+    return windows, owner
 
 
 def default_lora_targets(model_type: str) -> list[str]:
@@ -73,6 +104,11 @@ class TextEncoder(NodeEncoder):
         device: torch device for the backbone.
         max_batch_tokens: cap on padded tokens per inference batch (None = ``batch_size`` only); see
             ``perf/`` ``batch_tokens`` for the CPU measurement behind the config default.
+        node_pooling: ``"node"`` (each node's rendering encoded on its own), ``"late"`` (late chunking:
+            each item encoded once, every node mean-pooled over the states of the tokens its own rendering
+            has: title or table head, its region, [CLS]/[SEP]; ``encode_spans``) or ``"late_region"`` (the
+            same forward, each node pooled over its region's tokens only, as in Günther et al.'s late chunking).
+            Part of the fingerprint, not of the backbone hash: an adapter loads under either.
     """
 
     def __init__(
@@ -85,10 +121,14 @@ class TextEncoder(NodeEncoder):
         batch_size: int = 64,
         device: str | torch.device = "cpu",
         max_batch_tokens: int | None = None,
+        node_pooling: str = "node",
     ) -> None:
         super().__init__()
+        if node_pooling not in NODE_POOLINGS:
+            raise ValueError(f"encoder.node_pooling must be one of {', '.join(NODE_POOLINGS)}, got {node_pooling!r}")
         from transformers import AutoModel, AutoTokenizer
 
+        adapter = resolve_adapter(adapter)  # a shipped adapter's name ("quickstart") -> its package folder
         adapter_scale = adapter_scale_of(adapter, adapter_scale)
         max_seq_length = max_seq_length or adapter_max_seq_length(adapter)
 
@@ -109,6 +149,11 @@ class TextEncoder(NodeEncoder):
         self.pooling = pooling or ("cls" if pool_cfg.get("pooling_mode_cls_token") else "mean")
         if self.pooling not in {"mean", "cls"}:
             raise ValueError(f"encoder.pooling must be 'mean' or 'cls', got {self.pooling!r}")
+        if node_pooling != "node" and self.pooling != "mean":
+            raise ValueError(f"encoder.node_pooling=late pools token states by their mean; encoder.pooling is {self.pooling!r}")
+        if node_pooling != "node" and not getattr(self.tokenizer, "is_fast", False):
+            raise ValueError(f"encoder.node_pooling=late needs a fast tokenizer (token offsets); {backbone!r} has none")
+        self.node_pooling = node_pooling
         self.dim = int(self.model.config.hidden_size)
         self.batch_size = batch_size
         self.max_batch_tokens = max_batch_tokens
@@ -178,4 +223,121 @@ class TextEncoder(NodeEncoder):
         else:
             mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp_min(1e-9)
+        return F.normalize(pooled, dim=-1)
+
+    # ----------------------------------------------------------------- late chunking
+    def _special_ids(self) -> tuple[list[int], list[int]]:
+        """The special tokens the tokenizer puts before and after a sequence ([CLS] ... [SEP], <s> ... </s>)."""
+        bare = list(self.tokenizer("a", add_special_tokens=False)["input_ids"])
+        full = list(self.tokenizer("a")["input_ids"])
+        lead = next(i for i in range(len(full) - len(bare) + 1) if full[i : i + len(bare)] == bare)
+        return full[:lead], full[lead + len(bare) :]
+
+    def encode_spans(
+        self, items: Sequence[tuple[str, Sequence[Sequence[tuple[int, int]]]]], grad: bool = False
+    ) -> list[torch.Tensor]:
+        """Late-chunked node embeddings (``node_pooling="late"``), one (n_nodes, D) tensor per item.
+
+        Each item text is tokenised once and encoded in one forward (``window_plan``'s overlapping windows
+        of ``max_seq_length`` tokens, special tokens included, when it is longer; each token's state from
+        the window where it is most central). A node's embedding is the L2-normalised mean of the token
+        states of its character ranges (a token belongs when its characters overlap a range) plus the
+        special tokens ([CLS]/[SEP] of the first/last window), i.e. sentence-transformers' mean pooling
+        over the tokens the node's own rendering has, read in the whole item's context: an item's root
+        that fits one window equals its per-node embedding.
+
+        With ``node_pooling="late_region"`` a node pools its last range only (its region: ``node_spans`` puts
+        the shared title / head first) and no special tokens.
+
+        Args:
+            items: (text, ranges per node), e.g. ``Hierarchy.node_spans(tree)``.
+            grad: keep the graph and the module's train/eval mode (training); else no_grad in eval mode.
+        """
+        before, after = self._special_ids()
+        lead, trail = len(before), len(after)
+        width = self.max_seq_length - lead - trail
+        plans = []
+        windows: list[list[int]] = []
+        for text, _ in items:
+            enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+            ids, offsets = list(enc["input_ids"]), list(enc["offset_mapping"])
+            wins, owner = window_plan(len(ids), width)
+            plans.append((offsets, wins, owner, len(windows)))
+            windows.extend([*before, *ids[a:b], *after] for a, b in wins)
+        was_training = self.model.training
+        ctx = contextlib.nullcontext() if grad else torch.no_grad()
+        if not grad:
+            self.model.eval()
+        try:
+            with ctx:
+                states = self._window_states(windows)
+                out = []
+                region = self.node_pooling == "late_region"
+                for (_, spans), (offsets, wins, owner, w0) in zip(items, plans, strict=True):
+                    if region:
+                        spans = [list(r)[-1:] for r in spans]
+                    out.append(self._pool_spans(states, spans, offsets, wins, owner, w0, lead, trail, not region))
+        finally:
+            self.model.train(was_training)
+        return out
+
+    def _window_states(self, windows: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        """Last hidden states (L_w, D) of each token window, batched by length like ``_encode``."""
+        order = sorted(range(len(windows)), key=lambda w: -len(windows[w]))
+        lengths = [len(windows[w]) for w in order]
+        pad = int(self.tokenizer.pad_token_id or 0)
+        states: list[torch.Tensor | None] = [None] * len(windows)
+        dev = self.device
+        for positions in self.batches(lengths, self.batch_size):
+            chunk = [order[p] for p in positions]
+            width = len(windows[chunk[0]])
+            ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(chunk), width), dtype=torch.long)
+            for r, w in enumerate(chunk):
+                ids[r, : len(windows[w])] = torch.tensor(windows[w], dtype=torch.long)
+                mask[r, : len(windows[w])] = 1
+            hidden = self.model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).last_hidden_state
+            for r, w in enumerate(chunk):
+                states[w] = hidden[r, : len(windows[w])]
+        return [s for s in states if s is not None]
+
+    @staticmethod
+    def _pool_spans(
+        states: Sequence[torch.Tensor],
+        spans: Sequence[Sequence[tuple[int, int]]],
+        offsets: Sequence[tuple[int, int]],
+        wins: Sequence[tuple[int, int]],
+        owner: Sequence[int],
+        w0: int,
+        lead: int,
+        trail: int,
+        specials: bool = True,
+    ) -> torch.Tensor:
+        """(n_nodes, D): each node's normalised mean over its tokens' states (with ``specials``: and the
+        special tokens'; a node with no token at all falls back to them)."""
+        mine = states[w0 : w0 + len(wins)]
+        flat = torch.cat(list(mine)) if len(mine) > 1 else mine[0]
+        at = [0]  # row of each window's first state in ``flat``
+        for s in mine:
+            at.append(at[-1] + s.shape[0])
+        index = [*range(lead)]  # leading specials of the first window, each token from its owner, trailing of the last
+        index += [at[w] + lead + j - wins[w][0] for j, w in enumerate(owner)]
+        index += range(at[-1] - trail, at[-1])
+        seq = flat[torch.tensor(index, dtype=torch.long, device=flat.device)]  # (lead + T + trail, D), read once
+        starts = torch.tensor([a for a, _ in offsets], dtype=torch.long).reshape(-1, 1)
+        ends = torch.tensor([b for _, b in offsets], dtype=torch.long).reshape(-1, 1)
+        member = torch.zeros((len(spans), seq.shape[0]), dtype=seq.dtype, device=seq.device)
+        if specials:
+            member[:, :lead] = 1
+            member[:, seq.shape[0] - trail :] = 1
+        for n, ranges in enumerate(spans):
+            inside = torch.zeros(len(offsets), dtype=torch.bool)
+            for s, e in ranges:
+                if e > s:
+                    inside |= ((starts < e) & (ends > s)).reshape(-1)
+            member[n, lead : lead + len(offsets)] = inside.to(seq.dtype)
+            if not member[n].any():  # an empty region (a blank row): its item's special tokens
+                member[n, :lead] = 1
+                member[n, seq.shape[0] - trail :] = 1
+        pooled = (member @ seq) / member.sum(1, keepdim=True)
         return F.normalize(pooled, dim=-1)

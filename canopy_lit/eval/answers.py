@@ -2,8 +2,9 @@
 
 Answers are looked up as SQuAD-normalised tokens; bare numbers are compared as numbers, so
 "1,234.5" = "1234.5", "(5.3)" = "-5.3", "12.5%" = "12.5" (``canopy_lit.numbers.as_number``). TAT-QA
-multi-span answers need every span, arithmetic answers every derivation operand, count answers every
-counted cell; yes/no answers cannot be looked up (``answer_needles`` returns None).
+multi-span answers need every span, arithmetic answers every derivation operand (the ones the reader's gold
+uses: ``Question.meta["operands"]``, else ``canopy_lit.operands.formula_operands`` of the derivation), count
+answers every counted cell; yes/no answers cannot be looked up (``answer_needles`` returns None).
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from canopy_lit.data.readers._gold import numbers_in
-from canopy_lit.eval.metrics import normalize_answer
 from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.metrics import normalize_answer
 from canopy_lit.numbers import as_number
+from canopy_lit.operands import formula_operands
 from canopy_lit.pipeline.loop import ReaderBlock
 from canopy_lit.types import Question
 
@@ -32,14 +33,7 @@ __all__ = [
     "kept_leaves",
 ]
 
-_OPERAND = re.compile(r"\d[\d,]*(?:\.\d+)?")
 _YES_NO = {"yes", "no"}
-
-
-def _formula_constant(operand: str) -> bool:
-    """A constant of the formula, not a value read from the evidence: "/ 2" (averages), "- 1" (growth),
-    "* 100" (percentages). Bare small integers and powers of ten only; "2,019" or "1.5" are values."""
-    return operand.isdigit() and (int(operand) <= 10 or int(operand) in (100, 1000))
 
 
 def answer_needles(question: Question) -> list[list[str]] | None:
@@ -54,7 +48,9 @@ def answer_needles(question: Question) -> list[list[str]] | None:
     kind = str(question.meta.get("answer_type") or "")
     derivation = str(question.meta.get("derivation") or "")
     if kind == "arithmetic":  # the computed value is not in the evidence; its operands are
-        operands = [x for x in dict.fromkeys(_OPERAND.findall(derivation)) if not _formula_constant(x)]
+        # The reader's operands (checked against the document's numbers), else the derivation's own.
+        recorded = question.meta.get("operands")
+        operands = [str(x) for x in recorded] if isinstance(recorded, list) else formula_operands(derivation)
         return [operands] if operands else None
     if kind == "count":  # the counted cells, "a##b##c" (or the one cell)
         cells = [c.strip() for c in derivation.split("##") if c.strip()]

@@ -117,6 +117,11 @@ def run_evidence(cfg: DictConfig, out_dir: Path) -> dict[str, float]:
         progress=bool(cfg.get("progress", True)),
         score=score_evidence,
     )
+    return evidence_outputs(cfg, out_dir, records)
+
+
+def evidence_outputs(cfg: DictConfig, out_dir: Path, records: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """metrics.json and table.md of an evidence run from its records (also what a merge of shards writes)."""
     metrics = summarize_evidence(records)
     refine = str(cfg.refine._target_).rsplit(".", 1)[-1]
     row = {"refine": refine, "benchmark": cfg.data.name, **{c: metrics.get(c) for c in EVIDENCE_COLUMNS}}

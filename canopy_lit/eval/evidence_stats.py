@@ -1,6 +1,6 @@
 """Statistics of evidence runs: per-question scores, the run's ``evidence/*`` metrics, and two runs compared.
 
-Every interval is a 95% bootstrap over questions from ``canopy_lit.eval.metrics`` (BCa, as for QA and
+Every interval is a 95% bootstrap over questions from ``canopy_lit.metrics`` (BCa, as for QA and
 probe metrics): ``bootstrap_ci`` for means, ``ratio_bootstrap_ci`` for pooled ratios (gold recall,
 kept ratio, a token ratio) and ``paired_bootstrap_ci`` for a difference over the same questions.
 """
@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from canopy_lit.eval.metrics import bootstrap_ci, paired_bootstrap_ci, ratio_bootstrap_ci
+from canopy_lit.eval.harness import read_question_ids
 from canopy_lit.eval.records import read_predictions
+from canopy_lit.metrics import bootstrap_ci, paired_bootstrap_ci, ratio_bootstrap_ci
 from canopy_lit.types import STAGES, Question
 
 EVIDENCE_COLUMNS = [
@@ -113,17 +114,35 @@ def _paired_difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, f
     return float(np.mean(np.asarray(a, float) - np.asarray(b, float))), lo, hi
 
 
+def scored_records(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The records of the questions a run folder's latest evaluation scored, in that run's order.
+
+    ``predictions.jsonl`` also keeps records of earlier runs into the folder (another ``limit``, questions
+    since dropped); the run's own questions are those of ``question_ids.json``, the ones its metrics.json
+    and the judge count. A question of that list without a record (an interrupted run) is left out, as
+    metrics.json leaves it out; a folder without the list (an older version, a runner of its own) counts
+    every record.
+    """
+    records = read_predictions(Path(run_dir) / "predictions.jsonl")
+    ids = read_question_ids(run_dir)
+    if ids is None:
+        return records
+    by_id = {str(r["id"]): r for r in records}
+    return [by_id[i] for i in ids if i in by_id]
+
+
 def compare_runs(run_a: str | Path, run_b: str | Path) -> dict[str, float]:
-    """Run A against run B on the questions both recorded (paired by id; failed = no answer).
+    """Run A against run B on the questions both scored (``scored_records``; paired by id).
 
     Returns:
         ``answer_recall_diff`` (A - B, in [−1, 1]) with ``_ci_low`` / ``_ci_high`` over the questions
-        measurable in both; ``answer_recall_content_diff`` the same with the answer looked up in the
-        items' regions only (titles and headers left out; runs that recorded it); ``token_ratio`` =
-        tokens A / tokens B (sum over questions) with its CI; ``n`` paired questions, ``n_answer`` of
-        them with a measurable answer.
+        measurable in both (a failed question: answer not found); ``answer_recall_content_diff`` the same
+        with the answer looked up in the items' regions only (titles and headers left out; runs that
+        recorded it); ``token_ratio`` = tokens A / tokens B (sum over questions) with its CI, both over the
+        ``n_tokens`` questions that both runs answered (a failed question delivered no evidence to count)
+        with tokens from B; ``n`` paired questions, ``n_answer`` of them with a measurable answer.
     """
-    recs = [{r["id"]: r for r in read_predictions(Path(p) / "predictions.jsonl")} for p in (run_a, run_b)]
+    recs = [{str(r["id"]): r for r in scored_records(p)} for p in (run_a, run_b)]
     ids = [i for i in recs[0] if i in recs[1]]
     if not ids:
         raise ValueError(f"{run_a} and {run_b} share no recorded question")
@@ -139,8 +158,12 @@ def compare_runs(run_a: str | Path, run_b: str | Path) -> dict[str, float]:
     diff, lo, hi = _paired_difference(
         [float(x["answer_found"]) for x, _ in both], [float(y["answer_found"]) for _, y in both]
     )
-    ta, tb = [float(x.get("tokens", 0)) for x, _ in pairs], [float(y.get("tokens", 0)) for _, y in pairs]
-    rlo, rhi = ratio_bootstrap_ci(ta, tb)
+    # One question set for the ratio and its interval: the interval cannot pool a zero denominator.
+    answered = [i for i in ids if recs[0][i].get("status") == "ok" and recs[1][i].get("status") == "ok"]
+    tok = [(float(ev(recs[0][i]).get("tokens", 0)), float(ev(recs[1][i]).get("tokens", 0))) for i in answered]
+    tok = [(a, b) for a, b in tok if b > 0]
+    ta, tb = [a for a, _ in tok], [b for _, b in tok]
+    rlo, rhi = ratio_bootstrap_ci(ta, tb) if tok else (float("nan"), float("nan"))
     content: dict[str, float] = {}
     if all("answer_found_content" in e for pair in both for e in pair):
         cdiff, clo, chi = _paired_difference(
@@ -158,7 +181,8 @@ def compare_runs(run_a: str | Path, run_b: str | Path) -> dict[str, float]:
         "answer_recall_diff_ci_low": lo,
         "answer_recall_diff_ci_high": hi,
         **content,
-        "token_ratio": sum(ta) / sum(tb) if sum(tb) else float("nan"),
+        "n_tokens": float(len(tok)),
+        "token_ratio": sum(ta) / sum(tb) if tok else float("nan"),
         "token_ratio_ci_low": rlo,
         "token_ratio_ci_high": rhi,
     }

@@ -8,7 +8,8 @@ refined; we measure
   gold), with ``probe/n_nodes/<group>`` counts;
 - ``probe/gold_recall``: share of gold leaves inside the retained nodes (with ``_ci95_low``/``_ci95_high``,
   a bootstrap over questions, as for ``probe/decision_accuracy``);
-- ``probe/pruned_share``: share of gold items from which refinement removes something;
+- ``probe/pruned_share``: share of gold items from which refinement drops at least one leaf (an item
+  split into children that together cover every leaf counts as not pruned);
 - ``probe/kept_token_ratio``: kept / whole-item tokens on gold items, and
   ``probe/distractor_kept_token_ratio`` the same on the question's non-gold candidates;
 - ``probe/encoded_node_share``: nodes sent to the encoder / nodes in all trees (gold trees are
@@ -20,7 +21,7 @@ encoders. ``evidence/*`` (eval/evidence.py) measures the same quantities after t
 
 Every pooled ratio is also kept per question (``question_rows``: numerators and denominators), so two
 scorers probed on the same questions can be compared with a paired bootstrap over questions
-(``canopy_lit.eval.metrics.paired_ratio_bootstrap_ci``): gold leaves cluster by question, so a binomial
+(``canopy_lit.metrics.paired_ratio_bootstrap_ci``): gold leaves cluster by question, so a binomial
 error over leaves would understate the spread.
 """
 
@@ -32,12 +33,12 @@ from typing import Any
 
 import numpy as np
 
-from canopy_lit.eval.metrics import ratio_bootstrap_ci
 from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.metrics import ratio_bootstrap_ci
 from canopy_lit.pipeline.scoring import NodeScorer
 from canopy_lit.refine import parent_relative, parent_relative_lazily
 from canopy_lit.supervision import decision_correct, gold_counts, preference_pairs, visited_nodes
-from canopy_lit.types import Item, Question, Tree
+from canopy_lit.types import Item, Leaf, Modality, Question, Tree
 
 # Per-question counts (``RefinementProbe.question_rows``, ``probe_questions.jsonl``): each pooled ratio is
 # sum(numerator) / sum(denominator) over questions, e.g. gold recall = gold_leaves_kept / gold_leaves.
@@ -54,6 +55,56 @@ def _words(text: str) -> int:
 def gold_questions(questions: Iterable[Question], items: Mapping[str, Item]) -> list[Question]:
     """The questions the probe can use: those with at least one located gold item in ``items``."""
     return [q for q in questions if any(g and iid in items for iid, g in q.gold.items())]
+
+
+def drops_a_leaf(kept_leaves: int, n_leaves: int) -> bool:
+    """Whether an item counts as pruned: refinement kept fewer of its leaves than it has (kept children
+    that together cover every leaf remove nothing)."""
+    return kept_leaves < n_leaves
+
+
+def _shape_of(depths: Sequence[int], branching: int, where: str) -> Tree:
+    """The region tree whose breadth-first node depths are ``depths`` (the leaf count is not recorded):
+    a ``Tree`` over placeholder leaves, so the layout is the one refinement walks."""
+    n = (len(depths) + 1) // 2 if branching == 2 else 1  # a binary tree over n leaves has 2n - 1 nodes
+    while True:
+        tree = Tree(Item(id="probe", modality=Modality.TEXT, text=""), [Leaf(i) for i in range(n)], branching)
+        if len(tree) >= len(depths):
+            break
+        n += 1
+    if tree.depth.tolist() != list(depths):
+        raise ValueError(f"{where}: its {len(depths)} node rows are not a tree of branching factor {branching}")
+    return tree
+
+
+def pruned_counts(
+    node_rows: Iterable[Mapping[str, Any]], branching: int, descend_margin: float, where: str = "probe_nodes.jsonl"
+) -> dict[str, int]:
+    """Gold items and how many of them count as pruned, recounted from a probe run's per-node rows
+    (``probe_nodes.jsonl``: one row per node of each gold item's tree, breadth-first, with its score minus
+    the root's): ``{"items", "pruned", "not_root"}``. ``pruned`` is ``probe/pruned_share``'s count (a leaf
+    dropped); ``not_root`` counts items whose kept set is anything but the root, the count before a split
+    that keeps every leaf stopped counting as pruned.
+
+    Refinement compares a child with its parent, and both scores here are shifted by the same root score,
+    so the kept sets are recomputed from the rows alone (no encoder).
+    """
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for n, row in enumerate(node_rows, 1):
+        try:
+            key = (str(row["question"]), str(row["item"]))
+            groups.setdefault(key, []).append(row)
+            float(row["root_relative"]), int(row["depth"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"{where}: row {n} lacks a question, item, depth or root_relative ({err})") from err
+    out = {"items": 0, "pruned": 0, "not_root": 0}
+    for (qid, iid), rows in groups.items():
+        shape = _shape_of([int(r["depth"]) for r in rows], branching, f"{where}: question {qid}, item {iid}")
+        kept = parent_relative(shape, [float(r["root_relative"]) for r in rows], descend_margin)
+        out["items"] += 1
+        out["pruned"] += drops_a_leaf(sum(int(shape.ends[v] - shape.starts[v]) for v in kept), shape.n_leaves)
+        out["not_root"] += kept != [0]
+    return out
 
 
 class RefinementProbe:
@@ -134,7 +185,7 @@ class RefinementProbe:
             kept = parent_relative(tree, scores, self.descend_margin)
             kept_leaves = {leaf for v in kept for leaf in tree.leaf_range(v)}
             self.items += 1
-            self.items_pruned += kept != [0]
+            self.items_pruned += drops_a_leaf(len(kept_leaves), tree.n_leaves)
             k, w = self._kept_tokens(tree, kept)
             row["gold_leaves"] += len(set(leaves))
             row["gold_leaves_kept"] += len(set(leaves) & kept_leaves)

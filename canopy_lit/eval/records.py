@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import socket
 import time
 from collections.abc import Iterator, Mapping
@@ -36,6 +37,7 @@ import yaml
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
+from canopy_lit.data.readers._io import DataFormatError
 from canopy_lit.encoders.fingerprint import read_fingerprint
 from canopy_lit.io import atomic_write_text
 
@@ -91,6 +93,8 @@ class RecordLog:
                 rec = json.loads(line)
             except json.JSONDecodeError as err:
                 raise ValueError(f"{self.path}: line {n} is not valid JSON ({err}); fix or remove it to resume") from err
+            if not isinstance(rec, dict) or "id" not in rec:
+                raise DataFormatError(self.path, "expected a JSON object with an \"id\"; fix or remove it to resume", line=n)
             self.done[str(rec["id"])] = rec  # a later line for the same id wins (retried failures)
         if end < len(raw):
             with self.path.open("r+b") as fh:
@@ -136,8 +140,8 @@ def read_predictions(path: str | Path) -> list[dict[str, Any]]:
     """The records of a ``predictions.jsonl`` ([] when absent), one per question id, in first-seen order.
 
     A later line for an id replaces the earlier one (a retried failure, or two runs that wrote
-    the same folder before it was locked); a torn last line is ignored; a bad line before it
-    raises ``ValueError`` naming file and line.
+    the same folder before it was locked); a torn last line is ignored; a bad line before it, or a
+    line that is not a JSON object, raises ``ValueError`` naming file and line.
     """
     path = Path(path)
     if not path.is_file():
@@ -154,6 +158,8 @@ def read_predictions(path: str | Path) -> list[dict[str, Any]]:
                 log.warning("%s: ignoring a torn last line", path)
                 break
             raise ValueError(f"{path}: line {n} is not valid JSON ({err})") from err
+        if not isinstance(rec, dict):
+            raise DataFormatError(path, f"expected a JSON object (one record per line), got {type(rec).__name__}", line=n)
         out[str(rec.get("id", f"line {n}"))] = rec
     return list(out.values())
 
@@ -514,6 +520,7 @@ SETTINGS_FILE = "settings.json"
 # judging. Every other key of the resolved config is a setting, so a key added later is one too.
 ANSWER_NEUTRAL_KEYS = frozenset({
     "threads", "concurrency", "progress", "limit", "retry_failed", "max_consecutive_failures", "resume",
+    "shard",  # which part of the questions ran (run.json names it; canopy_lit.eval.shards)
     "judge",  # verdicts go to judgements.jsonl, never into the records
     "study",  # a label for reports
     "logger",  # where the results are mirrored (W&B)
@@ -522,6 +529,10 @@ ANSWER_NEUTRAL_KEYS = frozenset({
     "loop.batched", "loop.max_batch",  # the same records as sequential (evaluate.yaml)
     "llm.n_threads", "llm.base_url", "llm.api_key_env", "llm.timeout", "llm.max_retries", "llm.max_concurrency",
 })  # fmt: skip
+
+# Keys added after run folders were recorded, at a default that gives the records of before: left out of the
+# settings at that default, so that those folders still resume (and keep their fingerprint).
+ABSENT_AT_DEFAULT = {"retrieval.corpus": None, "retrieval.corpus_options": {}}
 
 
 def _flat(tree: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -572,6 +583,8 @@ def run_settings(cfg: Any) -> dict[str, Any]:
     )  # fmt: skip
     settings: dict[str, Any] = {}
     for key, value in _answer_keys(tree).items():
+        if key in ABSENT_AT_DEFAULT and value == ABSENT_AT_DEFAULT[key]:
+            continue
         if isinstance(value, str):
             root = next(((r, name) for r, name in roots if value == r or value.startswith(f"{r}/")), None)
             value = value if root is None else root[1] + value[len(root[0]) :]
@@ -603,6 +616,24 @@ def run_has_results(run_dir: str | Path) -> bool:
     except ValueError as err:
         raise RunFolderError(f"{err}; fix or remove that line to resume") from None
     return bool(records) or (run_dir / "metrics.json").is_file()
+
+
+def discard_refused_run_folder(run_dir: str | Path, log_names: tuple[str, ...] = ("evaluate.log",)) -> None:
+    """A run refused before any work leaves no folder behind: remove ``run_dir`` when it holds nothing but what
+    Hydra wrote at start (``.hydra/`` and the job log, one of ``log_names``). A folder with anything else (an
+    earlier run's records, the user's own files) is left as it is."""
+    run_dir = Path(run_dir)
+    try:
+        names = {p.name for p in run_dir.iterdir()}
+    except OSError:
+        return
+    if not names <= {".hydra", *log_names}:
+        return
+    shutil.rmtree(run_dir / ".hydra", ignore_errors=True)
+    for name in names - {".hydra"}:
+        (run_dir / name).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        run_dir.rmdir()
 
 
 def settings_changes(run_dir: str | Path, cfg: Any) -> list[tuple[str, Any, Any]]:

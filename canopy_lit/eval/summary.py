@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from canopy_lit.eval.metrics import (
+from canopy_lit.eval.records import plain_config, run_axes
+from canopy_lit.metrics import (
     bootstrap_ci,
     choice_accuracy,
     choice_letter,
@@ -16,7 +17,6 @@ from canopy_lit.eval.metrics import (
     f1_score,
     match_score,
 )
-from canopy_lit.eval.records import plain_config, run_axes
 from canopy_lit.types import STAGES
 
 log = logging.getLogger(__name__)

@@ -63,6 +63,10 @@ class Hierarchy:
     def node_input(self, tree: Tree, node_id: int) -> NodeInput:
         return self.builder(tree.item.modality).node_input(tree, node_id)
 
+    def node_spans(self, tree: Tree) -> tuple[str, list[list[tuple[int, int]]]]:
+        """The root's rendering and each node's character ranges of it (``TreeBuilder.node_spans``)."""
+        return self.builder(tree.item.modality).node_spans(tree)
+
     def node_text(self, tree: Tree, node_id: int) -> str:
         return self.node_input(tree, node_id).text
 

@@ -89,6 +89,18 @@ class TreeBuilder(ABC):
     def evidence_text(self, tree: Tree, node_ids: Sequence[int]) -> str:
         """Reader evidence for the retained nodes of one item, in original order, gaps elided."""
 
+    def node_spans(self, tree: Tree) -> tuple[str, list[list[tuple[int, int]]]]:
+        """The root's rendering and, per node, the character ranges of it that make up that node's own
+        rendering (late chunking: every node pooled from one whole-item forward).
+
+        Joining ``text[s:e]`` over a node's ranges gives ``node_input(tree, node).text``. Builders whose
+        nodes are not text (images, video frames) have none.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} ({self.modality.value} items) has no text spans: encoder.node_pooling=late "
+            "works on text and table items only"
+        )
+
 
 def merged_ranges(tree: Tree, node_ids: Sequence[int]) -> list[tuple[int, int]]:
     """Leaf ranges of the retained nodes, sorted and with touching ranges merged."""

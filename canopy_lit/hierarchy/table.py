@@ -37,6 +37,19 @@ class TableTreeBuilder(TreeBuilder):
         rows = self._rows(tree, int(tree.starts[node_id]), int(tree.ends[node_id]))
         return NodeInput(f"{self._head(tree)}\n{rows}")
 
+    def node_spans(self, tree: Tree) -> tuple[str, list[list[tuple[int, int]]]]:
+        """Root text ``head\\nrow0\\nrow1 ...``; a node is the head (title, caption, header) plus its rows."""
+        head = self._head(tree)
+        root = self.node_input(tree, 0).text
+        row_at = [len(head) + 1]  # where each row starts in the root text
+        for leaf in tree.leaves:
+            row_at.append(row_at[-1] + len(leaf.text) + 1)
+        spans = [
+            [(0, len(head) + 1), (row_at[s], row_at[e] - 1)]
+            for s, e in zip(tree.starts.tolist(), tree.ends.tolist(), strict=True)
+        ]
+        return root, spans
+
     def evidence_text(self, tree: Tree, node_ids: Sequence[int]) -> str:
         # Header once, then the kept rows in order with elided stretches marked.
         body = with_elisions(tree, node_ids, lambda s, e: self._rows(tree, s, e), "\n")

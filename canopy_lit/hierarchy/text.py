@@ -47,6 +47,18 @@ class TextTreeBuilder(TreeBuilder):
         title = tree.item.title
         return NodeInput(f"{title}: {body}" if title else body)
 
+    def node_spans(self, tree: Tree) -> tuple[str, list[list[tuple[int, int]]]]:
+        """Root text ``title: body``; a node is the title prefix plus its own sentences' stretch of the body."""
+        root = self.node_input(tree, 0).text
+        prefix = len(f"{tree.item.title}: ") if tree.item.title else 0
+        first = tree.leaves[0].char_start  # the body starts at the first leaf (both renderings of ``_span``)
+        spans: list[list[tuple[int, int]]] = []
+        for s, e in zip(tree.starts.tolist(), tree.ends.tolist(), strict=True):
+            a = prefix + tree.leaves[s].char_start - first
+            b = prefix + tree.leaves[e - 1].char_end - first
+            spans.append([(0, prefix), (a, b)] if prefix else [(a, b)])
+        return root, spans
+
     def evidence_text(self, tree: Tree, node_ids: Sequence[int]) -> str:
         body = with_elisions(tree, node_ids, lambda s, e: self._span(tree, s, e), " ")
         return f"{tree.item.title}: {body}" if tree.item.title else body

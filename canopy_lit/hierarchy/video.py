@@ -14,6 +14,9 @@ from typing import Any
 from canopy_lit.hierarchy.base import Frame, NodeInput, TreeBuilder, describer_fingerprint, with_elisions
 from canopy_lit.types import Item, Leaf, Modality, Tree
 
+# Leaves one video tree may have: 100k 30-s clips are 833 h of video, far past any real recording.
+MAX_CLIPS = 100_000
+
 
 @lru_cache(maxsize=1024)
 def video_duration(path: str) -> float:
@@ -111,9 +114,17 @@ class VideoTreeBuilder(TreeBuilder):
         assert item.video is not None
         start = item.video.start
         end = item.video.end if item.video.end is not None else video_duration(item.video.path)
+        if not (math.isfinite(start) and math.isfinite(end)):
+            raise ValueError(f"video item {item.id!r}: segment [{start}, {end}) is not finite")
         if end <= start:
             raise ValueError(f"video item {item.id!r}: empty segment [{start}, {end})")
         n = max(1, math.ceil((end - start) / self.clip_seconds - 1e-9))
+        if n > MAX_CLIPS:  # an `end` far past the video's duration: never build (or hang on) such a tree
+            raise ValueError(
+                f"video item {item.id!r}: segment [{start:g}, {end:g}) s makes {n:.3g} clips of {self.clip_seconds:g} s, "
+                f"more than the {MAX_CLIPS} a video tree holds ({MAX_CLIPS * self.clip_seconds / 3600:g} h): "
+                "is its end past the video's duration?"
+            )
         return [
             Leaf(i, t_start=start + i * self.clip_seconds, t_end=min(start + (i + 1) * self.clip_seconds, end))
             for i in range(n)

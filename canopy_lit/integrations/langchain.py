@@ -1,7 +1,7 @@
 """LangChain: ``CanopyDocumentCompressor``, CANOPY as a ``BaseDocumentCompressor`` (``pip install canopy-lit[langchain]``).
 
     >>> from canopy_lit.integrations.langchain import CanopyDocumentCompressor
-    >>> compressor = CanopyDocumentCompressor(adapter="experiments/runs/recipe/base/adapter", budget=300)
+    >>> compressor = CanopyDocumentCompressor(adapter="quickstart", budget=300)
     >>> docs = compressor.compress_documents(retrieved_docs, "Who designed the Eiffel Tower?")
 
 Plugs into ``ContextualCompressionRetriever(base_compressor=compressor, base_retriever=...)`` like any

@@ -1,7 +1,7 @@
 """LlamaIndex: ``CanopyNodePostprocessor``, CANOPY as a node postprocessor (``pip install canopy-lit[llamaindex]``).
 
     >>> from canopy_lit.integrations.llamaindex import CanopyNodePostprocessor
-    >>> canopy = CanopyNodePostprocessor(adapter="experiments/runs/recipe/base/adapter", budget=300)
+    >>> canopy = CanopyNodePostprocessor(adapter="quickstart", budget=300)
     >>> query_engine = index.as_query_engine(node_postprocessors=[canopy])
 
 Each node is one item (its text, title: ``metadata["title"]``); each output ``NodeWithScore`` holds a copy

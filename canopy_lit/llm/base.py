@@ -7,10 +7,7 @@ text-only models receive instead of the pixels (``render_text_only``).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
-import logging
 import math
 import re
 import threading
@@ -21,7 +18,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict, runtime_checkable
-from urllib.parse import unquote, urlsplit
+
+from canopy_lit.redaction import (  # noqa: F401 - re-exported: the backends' import path
+    redact,
+    redact_http_logs,
+    register_secret,
+    register_url_credentials,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -55,87 +58,7 @@ def is_prompt_too_long(message: str) -> bool:
 
 
 # --------------------------------------------------------------------------- secrets
-
-_SECRETS: set[str] = set()
-# Credentials that look like credentials: "Bearer <token>", OpenAI-style "sk-..." keys, "api_key=...",
-# the value of an Authorization header (any scheme).
-_SECRET_PATTERNS = re.compile(
-    r"(?i)(bearer\s+|api[_-]?key[\"']?\s*[:=]\s*[\"']?"
-    r"|authorization[\"']?\s*[:=]\s*[\"']?(?:(?:basic|bearer|digest|token)\s+)?)[^\s\"',;&]+"
-    r"|\bsk-[A-Za-z0-9_\-]{8,}"
-)
-# The userinfo of a URL (``scheme://user:password@host``), which HTTP clients send as Basic auth.
-_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/?#@\"'<>]+@")
-# A Basic credential on its own (a server echoing the header): redacted when it decodes to user:password.
-_BASIC_TOKEN = re.compile(r"(?i)\b(basic\s+)([A-Za-z0-9+/]{6,}={0,2})")
-
-
-def register_secret(value: str | None) -> None:
-    """Remember a credential (e.g. the configured API key) so that ``redact`` hides it everywhere."""
-    if value and len(value) >= 4:  # shorter "keys" would blank ordinary words
-        _SECRETS.add(value)
-
-
-def register_url_credentials(url: str) -> None:
-    """Register the password of ``url``'s userinfo (or a bare token in its place) and the Basic credential
-    an HTTP client makes of them, so that ``redact`` hides them in any form a server echoes."""
-
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return
-    user, password = parts.username or "", parts.password or ""
-    for value in (password, unquote(password)) if password else (user, unquote(user)):
-        register_secret(value)
-    register_secret(base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode())
-
-
-def _redact_basic(m: re.Match[str]) -> str:
-    try:
-        decoded = base64.b64decode(m.group(2), validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
-        return m.group(0)
-    return f"{m.group(1)}***" if ":" in decoded else m.group(0)
-
-
-def redact(text: str) -> str:
-    """``text`` with registered secrets and credential-like tokens replaced by ``***``.
-
-    Applied to every error text that is stored (predictions.jsonl) or logged (evaluate.log),
-    since servers may echo the request's key back in an error body. A URL's userinfo becomes
-    ``***@`` and an Authorization header's value ``***``.
-    """
-    for secret in sorted(_SECRETS, key=len, reverse=True):
-        text = text.replace(secret, "***")
-    text = _URL_USERINFO.sub(lambda m: m.group(1) + "***@", text)
-    text = _BASIC_TOKEN.sub(_redact_basic, text)
-    return _SECRET_PATTERNS.sub(lambda m: (m.group(1) or "") + "***", text)
-
-
-# Loggers of the HTTP stacks under the backends: they log request URLs (userinfo included) at INFO.
-_HTTP_LOGGERS = frozenset({"httpx", "httpx2", "httpcore", "openai", "urllib3"})
-_log_factory_lock = threading.Lock()
-
-
-def redact_http_logs() -> None:
-    """Redact (``redact``) every log record of the HTTP client libraries from now on, before any
-    handler (console, evaluate.log) sees it. Idempotent."""
-    with _log_factory_lock:
-        inner = logging.getLogRecordFactory()
-        if getattr(inner, "redacts_http", False):
-            return
-
-        def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
-            record = inner(*args, **kwargs)
-            if record.name.split(".", 1)[0] in _HTTP_LOGGERS:
-                message = record.getMessage()
-                clean = redact(message)
-                if clean != message:
-                    record.msg, record.args = clean, None
-            return record
-
-        factory.redacts_http = True  # type: ignore[attr-defined]
-        logging.setLogRecordFactory(factory)
-
+# (one redaction for every text, config and name that leaves the process: canopy_lit.redaction)
 
 # --------------------------------------------------------------------------- messages
 
@@ -517,18 +440,77 @@ def parse_openai_response(body: dict[str, Any], *, source: str) -> LLMResponse:
         detail = f"content {text!r}, finish_reason {choice.get('finish_reason')!r}"
         detail += f", refusal {refusal!r}" if refusal else ""
         raise LLMError(redact(f"{source}: chat completion without text ({detail})")[:400])
-    tops: list[dict[str, float]] = []
-    lp = choice.get("logprobs") or {}
-    for tok in lp.get("content") or []:
-        alts = {a["token"]: float(a["logprob"]) for a in tok.get("top_logprobs") or []}
-        alts.setdefault(tok.get("token", ""), float(tok.get("logprob", -math.inf)))
-        tops.append(alts)
+    # a reply leaves the process (predictions.jsonl, W&B, the viewer): a server that echoes the request's
+    # Authorization header or URL credentials into it must not store them
+    text = redact(text)
+    try:
+        tops = _top_logprobs(choice.get("logprobs"))
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        raise LLMError(redact(f"{source}: malformed logprobs in the chat completion ({e}): "
+                              f"{str(choice.get('logprobs'))[:200]}")) from e  # fmt: skip
     usage = body.get("usage") or {}
+    try:
+        if not isinstance(usage, dict):
+            raise TypeError(f"usage is {type(usage).__name__}")
+        details = usage.get("prompt_tokens_details") or {}
+        if not isinstance(details, dict):
+            raise TypeError(f"prompt_tokens_details is {type(details).__name__}")
+        prompt, completion, cached = (
+            _token_count(usage, "prompt_tokens"), _token_count(usage, "completion_tokens"),
+            _token_count(details, "cached_tokens"),
+        )  # fmt: skip
+    except TypeError as e:
+        raise LLMError(redact(f"{source}: malformed usage in the chat completion ({e}): {str(usage)[:200]}")) from e
     return LLMResponse(
         text=text,
-        prompt_tokens=int(usage.get("prompt_tokens") or 0),
-        completion_tokens=int(usage.get("completion_tokens") or 0),
+        prompt_tokens=prompt,
+        completion_tokens=completion,
         top_logprobs=tops,
         finish_reason=str(choice.get("finish_reason") or ""),
-        cached_tokens=int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0),
+        cached_tokens=cached,
     )
+
+
+def _token_count(obj: dict[str, Any], key: str) -> int:
+    """A non-negative integer count (absent or null = 0); a string, float or negative count raises ``TypeError``."""
+    v = obj.get(key)
+    if v is None:
+        return 0
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise TypeError(f"{key} is {v!r}, not a token count")
+    return v
+
+
+def _top_logprobs(lp: Any) -> list[dict[str, float]]:
+    """OpenAI ``choices[0].logprobs`` -> per generated token ``{token: logprob}``; wrong types raise."""
+    if lp is None:
+        return []
+    if not isinstance(lp, dict):
+        raise TypeError(f"logprobs is {type(lp).__name__}")
+    content = lp.get("content") or []
+    if not isinstance(content, list):
+        raise TypeError(f"logprobs.content is {type(content).__name__}")
+    tops: list[dict[str, float]] = []
+    for tok in content:
+        if not isinstance(tok, dict):
+            raise TypeError(f"a logprobs.content entry is {type(tok).__name__}")
+        alts = tok.get("top_logprobs") or []
+        if not isinstance(alts, list) or not all(isinstance(a, dict) for a in alts):
+            raise TypeError("top_logprobs is not a list of objects")
+        out = {_token(a.get("token")): _logprob(a.get("logprob")) for a in alts}
+        out.setdefault(_token(tok.get("token", "")), _logprob(tok.get("logprob", -math.inf)))
+        tops.append(out)
+    return tops
+
+
+def _token(v: Any) -> str:
+    if not isinstance(v, str):
+        raise TypeError(f"token {v!r} is not a string")
+    return v
+
+
+def _logprob(v: Any) -> float:
+    # a log-probability is a number <= 0; -inf (never generated) is allowed, NaN and strings are not
+    if isinstance(v, bool) or not isinstance(v, int | float) or math.isnan(v) or v > 1e-6:
+        raise TypeError(f"logprob {v!r} is not a log-probability")
+    return float(v)

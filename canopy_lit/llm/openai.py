@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +38,9 @@ from canopy_lit.llm.base import (
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+# The first line of a server-sent-events body (a streaming reply to a request that did not ask for one).
+_SSE_LINE = re.compile(r"\s*(?:data|event|id|retry):")
 
 
 def _import_openai() -> Any:
@@ -135,8 +139,23 @@ class OpenAILLM(BaseLLM):
             return PromptTooLongError(message)
         return LLMError(message)
 
-    def _parse(self, completion: Any) -> LLMResponse:
-        data = completion if isinstance(completion, dict) else completion.model_dump(exclude_none=True)
+    def _parse(self, completion: Any, url: str) -> LLMResponse:
+        if isinstance(completion, str):  # the client hands over a body it was not told is JSON as text
+            if _SSE_LINE.match(completion):
+                raise LLMError(redact(
+                    f"openai backend: POST {url}: the server answered with a streaming (text/event-stream) "
+                    f"body; streaming replies are not supported: {completion[:200]!r}"
+                ))  # fmt: skip
+            raise LLMError(redact(f"openai backend: POST {url}: the server answered with a body that is not "
+                                  f"a JSON chat completion: {completion[:200]!r}"))  # fmt: skip
+        if isinstance(completion, dict):
+            data = completion
+        elif hasattr(completion, "model_dump"):
+            # a server's wrong types stay as sent (checked below); pydantic's warnings about them are noise
+            data = completion.model_dump(exclude_none=True, warnings=False)
+        else:  # a JSON list, number or string
+            raise LLMError(redact(f"openai backend: POST {url}: the server answered with JSON that is not an "
+                                  f"object: {str(completion)[:200]}"))  # fmt: skip
         return parse_openai_response(data, source=f"openai backend ({redact(self.base_url)})")
 
     # ---------------------------------------------------------------- sync
@@ -147,7 +166,7 @@ class OpenAILLM(BaseLLM):
             completion = self._client.chat.completions.create(**body, extra_headers=self._headers)
         except (self._openai.OpenAIError, json.JSONDecodeError) as e:
             raise self._fail(f"{self.base_url}/chat/completions", e) from e
-        return self._parse(completion)
+        return self._parse(completion, f"{self.base_url}/chat/completions")
 
     # ---------------------------------------------------------------- async batch
 
@@ -193,7 +212,7 @@ class OpenAILLM(BaseLLM):
                         self.log.add(role, 0, 0, time.perf_counter() - t0, ok=False)
                         raise self._fail(url, e) from e
                     try:
-                        resp = self._parse(completion)
+                        resp = self._parse(completion, url)
                     except (LLMError, PromptTooLongError):  # a failed call, as in ``chat``
                         self.log.add(role, 0, 0, time.perf_counter() - t0, ok=False)
                         raise
@@ -227,12 +246,20 @@ class OpenAILLM(BaseLLM):
             data = self._client.post(url, body=body, cast_to=object, options={"headers": self._headers})
         except (self._openai.OpenAIError, json.JSONDecodeError) as e:
             raise self._fail(url, e) from e
-        if isinstance(data, dict) and "count" in data:
-            return int(data["count"])
-        if isinstance(data, dict) and "tokens" in data:
-            return len(data["tokens"])
         advice = "set `tokenizer:` in the llm config"
-        raise LLMError(redact(f"openai backend: {url} gave no token count; {advice}"))
+        if isinstance(data, dict) and "count" in data:
+            count = data["count"]
+            if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+                return count
+            raise LLMError(redact(f"openai backend: {url} gave count {str(count)[:80]!r}, not a token count; {advice}"))
+        if isinstance(data, dict) and "tokens" in data:
+            tokens = data["tokens"]
+            if isinstance(tokens, list):
+                return len(tokens)
+            raise LLMError(redact(
+                f"openai backend: {url} gave tokens of type {type(tokens).__name__}, not a list; {advice}"
+            ))  # fmt: skip
+        raise LLMError(redact(f"openai backend: {url} gave no token count ({str(data)[:120]}); {advice}"))
 
     def close(self) -> None:
         self._client.close()

@@ -9,7 +9,11 @@ the failure in ``PARSE_STATS`` (or a counter passed in).
 Fallbacks:
     critic: unparseable -> ``sufficient=False`` with the original question as ``followup_query``
         (the loop keeps retrieving rather than stopping on a verdict it cannot read; a truncated
-        object whose ``"sufficient"`` field is readable keeps that value).
+        object whose ``"sufficient"`` field is readable keeps that value). A field of the wrong type
+        is unparseable too: ``sufficient`` must be a JSON boolean, the integer 0 or 1, or one of the
+        strings true/false, yes/no, y/n, 1/0, sufficient/insufficient (``0.3`` or ``2`` is no verdict);
+        ``followup_query`` a string or null (a list is no query); ``missing`` a string, null or a list of
+        strings and numbers.
     reader: the first line, stripped of "Answer:" prefixes and trailing punctuation.
     labels: the first allowed label that appears as a word; else the given default.
 """
@@ -142,9 +146,10 @@ class CriticVerdict:
 
 
 def _as_bool(v: Any) -> bool | None:
+    """A verdict from a JSON boolean, 0/1 or a yes/no word; ``None`` for anything else (``0.3`` is no verdict)."""
     if isinstance(v, bool):
         return v
-    if isinstance(v, int | float):
+    if isinstance(v, int | float) and v in (0, 1):
         return bool(v)
     if isinstance(v, str):
         s = v.strip().lower()
@@ -155,14 +160,27 @@ def _as_bool(v: Any) -> bool | None:
     return None
 
 
+class _WrongType(ValueError):
+    """A critic field of a type no verdict can be read from."""
+
+
 def _as_str_list(v: Any) -> list[str]:
     if v is None:
         return []
     if isinstance(v, str):
         return [v.strip()] if v.strip() else []
-    if isinstance(v, list | tuple):
+    if isinstance(v, list | tuple) and all(isinstance(x, str | int | float) and not isinstance(x, bool) for x in v):
         return [str(x).strip() for x in v if str(x).strip()]
-    return [str(v)]
+    raise _WrongType(f"missing is {type(v).__name__}")
+
+
+def _as_query(v: Any) -> str:
+    """A follow-up query from a string (or null = none); a list or number would be retrieved as its repr."""
+    if v is None:
+        return ""
+    if isinstance(v, str):
+        return v.strip()
+    raise _WrongType(f"followup_query is {type(v).__name__}")
 
 
 _SUFFICIENT_FIELD = re.compile(r'["\']?sufficient["\']?\s*[:=]\s*["\']?(true|false|yes|no)', re.I)
@@ -173,10 +191,17 @@ def parse_critic(text: str, question: str, stats: ParseStats | None = None) -> C
     """Critic JSON -> verdict; unreadable output -> insufficient with ``question`` as follow-up."""
     stats = stats or PARSE_STATS
     obj = extract_json(text)
-    suff = _as_bool(obj.get("sufficient")) if obj else None
-    if obj is not None and suff is not None:
-        missing = _as_str_list(obj.get("missing"))
-        follow = str(obj.get("followup_query") or "").strip()
+    if obj is not None and "sufficient" in obj:
+        # a complete object is read as typed, never salvaged: a wrong type is no verdict
+        suff = _as_bool(obj["sufficient"])
+        try:
+            missing = _as_str_list(obj.get("missing"))
+            follow = _as_query(obj.get("followup_query"))
+        except _WrongType:
+            suff = None
+        if suff is None:
+            stats.record("critic", False)
+            return CriticVerdict(sufficient=False, followup_query=question, parsed=False, raw=text)
         stats.record("critic", True)
         # a sufficient verdict ends the loop, so its follow-up (often a copied placeholder) is dropped
         return CriticVerdict(
@@ -199,9 +224,13 @@ def parse_followup(text: str, question: str, stats: ParseStats | None = None) ->
     """``(missing, followup_query, parsed)``; the question is the follow-up when none can be read."""
     stats = stats or PARSE_STATS
     obj = extract_json(text)
-    if obj is not None and str(obj.get("followup_query") or "").strip():
-        stats.record("followup", True)
-        return _as_str_list(obj.get("missing")), str(obj["followup_query"]).strip(), True
+    if obj is not None and "followup_query" in obj:
+        try:
+            missing, follow = _as_str_list(obj.get("missing")), _as_query(obj["followup_query"])
+        except _WrongType:
+            missing, follow = [], ""
+        stats.record("followup", bool(follow))
+        return (missing, follow, True) if follow else ([], question, False)
     f = _FOLLOWUP_FIELD.search(text or "")
     if f and f.group(1).strip():
         stats.record("followup", True)

@@ -25,6 +25,7 @@ LLM-as-judge) and CARVE's ``build_carve_corpus`` / ``build_carve_method`` / ``bu
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -40,7 +41,9 @@ from canopy_lit.carve.representations import ClipCorpus, video_clips
 from canopy_lit.carve.rerank import ClipRanking, Normalisation
 from canopy_lit.carve.stages import CarvePipeline
 from canopy_lit.data import load_split
+from canopy_lit.data.shards import shard_questions
 from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.io import atomic_write_text
 from canopy_lit.llm import AggregationClassifier, LLMReader
 from canopy_lit.llm.judge import AnswerJudge, judge_fingerprint
 from canopy_lit.llm.roles import CRITIC_MAX_TOKENS, evidence_room
@@ -101,7 +104,7 @@ def _stderr(line: str) -> None:
 def load_questions(
     cfg: DictConfig, notify: Callable[[str], None] = _stderr, *, need_answers: bool = False
 ) -> tuple[Any, list[Any]]:
-    """The benchmark and the configured split of its questions (first ``limit`` of them).
+    """The benchmark and the configured split of its questions (first ``limit`` of them; ``shard=I/N``: its part).
 
     Skipped records are never silent: one ``notify`` line per reason (the harness's writes to stderr
     and the run log; metrics.json gets ``data/skipped/*`` from ``bench.skip_metrics()``).
@@ -115,6 +118,7 @@ def load_questions(
         notify(line)
     if cfg.get("limit"):
         questions = questions[: int(cfg.limit)]
+    questions = shard_questions(questions, cfg.get("shard"))  # shard=I/N: its part of exactly these questions
     bench.require(questions, f"usable questions in split {cfg.data.get('split')!r}")
     return bench, questions
 
@@ -199,6 +203,32 @@ def loop_settings(cfg: DictConfig) -> LoopSettings:
     )
 
 
+def record_reader_cap(cfg: DictConfig, configured: int, effective: int) -> None:
+    """Record in the run folder the reader cap that runs when the llm's context lowers the configured one.
+
+    ``run.json``'s ``cap`` becomes the effective cap (``cap_configured`` keeps the setting), and
+    ``settings.json`` gains ``effective: {"loop.reader_max_tokens": ...}`` beside its ``settings`` (which the
+    resume check compares, so they stay as configured). Files that are not there (no run folder) are skipped.
+    """
+    # Outside a Hydra run (a loop built from a composed config in a test or a notebook) the run folder's
+    # ${hydra:...} interpolation has nothing to resolve: there is no folder to record in.
+    out = OmegaConf.select(cfg, "paths.output_dir", default=None, throw_on_resolution_failure=False)
+    if not out:
+        return
+    for name, update in (
+        ("run.json", {"cap": effective, "cap_configured": configured}),
+        ("settings.json", {"effective": {"loop.reader_max_tokens": effective}}),
+    ):
+        path = Path(str(out)) / name
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # not written (a loop built outside an evaluation) or not ours to repair here
+        if isinstance(record, dict):
+            atomic_write_text(path, json.dumps({**record, **update}, indent=2 if name == "run.json" else 1,
+                                               ensure_ascii=False) + "\n")
+
+
 def build_loop(cfg: DictConfig, bench: Any) -> QuestionRunner:
     """The configured method as an ``EvidenceLoop`` wrapped for per-question accounting."""
     hierarchy = build_hierarchy(cfg)
@@ -216,6 +246,7 @@ def build_loop(cfg: DictConfig, bench: Any) -> QuestionRunner:
             f"loop.reader_max_tokens={settings.reader_max_tokens} does not fit the llm's context of "
             f"{llm.context_length} tokens: the critic and the reader get at most {room} evidence tokens"
         )
+        record_reader_cap(cfg, settings.reader_max_tokens, room)
         settings.reader_max_tokens = room
     retrieving = settings.max_rounds > 0 and settings.k > 0
     encoder = build_encoder(cfg) if (retrieving or refiner.needs_scores) else None

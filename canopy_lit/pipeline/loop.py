@@ -30,7 +30,7 @@ from canopy_lit.pipeline.scoring import NodeScorer
 from canopy_lit.pipeline.trace import KeptItem, QuestionRecord, RoundTrace, StageTimer
 from canopy_lit.refine import LazyRefiner, Refiner
 from canopy_lit.retrieval.base import Retriever
-from canopy_lit.types import Evidence, Modality, Question, Tree
+from canopy_lit.types import Evidence, Item, Modality, Question, Tree
 
 TokenCounter = Callable[[str], int]
 
@@ -326,7 +326,7 @@ class EvidenceLoop:
         for r in range(rounds):
             with timer("retrieve"):
                 items = list(self.retriever.retrieve(query, s.k, held if s.exclude_seen else set(), question))
-            new = [it for it in items if it.id not in held]
+            new = _unseen(items, held)
             trace = RoundTrace(r, query, [it.id for it in items], len(items) - len(new))
             with timer("trees"):
                 trees = [self.hierarchy.build(it) for it in new]
@@ -384,6 +384,18 @@ class EvidenceLoop:
         rec.latency_s = time.perf_counter() - t0
         rec.time_s = dict(timer.seconds)
         return rec, capped
+
+
+def _unseen(items: Sequence[Item], held: set[str]) -> list[Item]:
+    """``items`` not held yet, each id once: an item retrieved twice in one round is one block, and the
+    repeat counts as a duplicate (like an item held from an earlier round)."""
+    seen = set(held)
+    new = []
+    for it in items:
+        if it.id not in seen:
+            seen.add(it.id)
+            new.append(it)
+    return new
 
 
 class QuestionRunner:

@@ -18,6 +18,8 @@ set by the ``retrieval`` option: ``DenseRanking`` for the dense index, ``BM25Ran
 
 from __future__ import annotations
 
+import inspect
+import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -31,6 +33,8 @@ from canopy_lit.retrieval.bm25 import BM25Retriever
 from canopy_lit.retrieval.hybrid import reciprocal_rank_fusion
 from canopy_lit.retrieval.router import LLMModalityRouter
 from canopy_lit.types import Item, Question
+
+log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -168,20 +172,47 @@ def corpus_retriever(
     ranking: CandidateRanking | None = None,
 ) -> Retriever:
     """``retriever=corpus``: the index the ``retrieval`` group targets (dense, BM25, hybrid) over its
-    ``benchmarks``' union corpus, cached by content.
+    ``benchmarks``' union corpus, or over your own corpus file (``retrieval.corpus=PATH``), cached by content.
+
+    With ``retrieval.corpus`` set, every question retrieves from that file's items alone (the loaded
+    benchmark adds none); a gold item the file lacks is never retrieved, and counts as missed. Otherwise the
+    loaded benchmark (``data=X data.path=P``, with ``data.options``) stands in for X's entry of the
+    union: the corpus holds P's items, not the bundled file's. A benchmark outside ``retrieval.benchmarks``
+    is not added (its questions retrieve from the others' items; one warning says so).
 
     Args:
-        retrieval: the ``retrieval`` group (``routing``).
+        retrieval: the ``retrieval`` group (``routing``, ``benchmarks``, ``corpus``).
         encoder: f0 embeds the corpus and the queries.
         index: the ``retrieval`` group's index builder with its knobs bound (``build.build_index``).
         llm: the modality router's LLM when ``retrieval.routing`` is on (offered only the modalities
             the index holds, one call per query text).
-        bench, hierarchy, item_cache, ranking: unused (the corpus is the index's, not the loaded
-            benchmark's, and its vectors are cached by content); accepted so that every retriever option
-            is called the same way.
+        bench: the run's loaded benchmark (None: the union as ``retrieval.benchmark_options`` reads it).
+        hierarchy, item_cache, ranking: unused (the corpus vectors are cached by content); accepted so
+            that every retriever option is called the same way.
     """
     router = LLMModalityRouter(llm) if retrieval.get("routing") else None
-    return index(encoder=encoder, router=router)
+    kwargs: dict[str, Any] = {"encoder": encoder, "router": router}
+    name = str(getattr(bench, "name", "") or "").lower()
+    union = [str(b).lower() for b in (retrieval.get("benchmarks") or ())]
+    if retrieval.get("corpus"):
+        log.info("retriever=corpus: retrieving from %s (retrieval.corpus)", retrieval.get("corpus"))
+    elif name and name in union and _accepts(index, "loaded"):
+        kwargs["loaded"] = {name: bench}
+    elif name and union and name not in union:
+        log.warning(
+            "retriever=corpus: data=%s is not in retrieval.benchmarks %s; the corpus holds only their items",
+            name, union,
+        )  # fmt: skip
+    return index(**kwargs)
+
+
+def _accepts(fn: Callable[..., Any], key: str) -> bool:
+    """Whether ``fn`` (a builder or a ``functools.partial`` of one) takes keyword ``key``."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return key in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def candidate_retriever(
@@ -212,6 +243,9 @@ def candidate_retriever(
     """
     if pool not in ("candidates", "benchmark"):
         raise ValueError(f"retriever.pool must be candidates | benchmark, got {pool!r}")
+    if retrieval.get("corpus"):
+        log.warning("retrieval.corpus=%s is read by retriever=corpus only; retriever=%s ranks the benchmark's "
+                    "own items", retrieval.get("corpus"), pool)  # fmt: skip
     pools: Mapping[str, Sequence[str]] = bench.candidates
     if pool == "benchmark":  # every item of the loaded file is a candidate of every question (small sets)
         every = list(bench.items)

@@ -15,6 +15,7 @@ through (``canopy_lit.pipeline.build.build_evidence_loop``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.retrieval.node_cache import NodeEmbeddingCache
+from canopy_lit.retrieval.node_cache import NodeEmbeddingCache, is_late, late_embed_trees
 from canopy_lit.types import Tree
 
 
@@ -48,6 +49,8 @@ class NodeScorer:
         """(num_nodes, D) fθ node embeddings, L2-normalised."""
         if self.cache is not None:
             return np.asarray(self.cache.embed_tree(tree))
+        if is_late(self.encoder):
+            return late_embed_trees(self.encoder, self.hierarchy, [tree])[0]
         # The same inputs the cache encodes (text + frames), so cached and uncached scores agree.
         inputs = [self.hierarchy.node_input(tree, i) for i in range(len(tree))]
         return _numpy(self.encoder.encode_nodes(inputs))
@@ -71,6 +74,9 @@ class NodeScorer:
         ids = [range(len(t)) for t in trees] if nodes is None else nodes
         if self.cache is not None and hasattr(self.cache, "embed_trees"):
             return [np.asarray(e) for e in self.cache.embed_trees(trees, None if nodes is None else nodes)]
+        if is_late(self.encoder):
+            embs = late_embed_trees(self.encoder, self.hierarchy, trees)
+            return [e[np.asarray(list(ii), dtype=np.int64)] for e, ii in zip(embs, ids, strict=True)]
         inputs = [self.hierarchy.node_input(t, int(i)) for t, ii in zip(trees, ids, strict=True) for i in ii]
         emb = _numpy(self.encoder.encode_nodes(inputs)) if inputs else np.zeros((0, 0), np.float32)
         bounds = np.cumsum([0, *(len(ii) for ii in ids)])
@@ -114,13 +120,21 @@ class FrozenEncoderView:
         with self.encoder.adapter_disabled():
             return self.encoder.encode_nodes(inputs, batch_size)
 
+    def encode_spans(self, items: Sequence[Any], grad: bool = False) -> Any:
+        """Late-chunked f0 node embeddings (``node_pooling=late``): the backbone with the adapter off."""
+        with self.encoder.adapter_disabled():
+            return self.encoder.encode_spans(items, grad)
+
 
 class QuerySideEncoder:
     """f0 query-side embeddings of node texts, seen as a node encoder (for a cache of retrieval vectors).
 
     Other attributes (``dim``, ``max_seq_length``, ...) are the wrapped encoder's, so the cache key
-    holds every encoder setting the node cache keys on.
+    holds every encoder setting the node cache keys on; the node pooling is not one of them (a query-side
+    vector is always the text encoded alone).
     """
+
+    node_pooling = "node"
 
     def __init__(self, encoder: Any) -> None:
         self.encoder = encoder
@@ -130,7 +144,8 @@ class QuerySideEncoder:
 
     @property
     def fingerprint(self) -> str:
-        return str(self.encoder.fingerprint).rsplit(":adapter=", 1)[0] + ":adapter=none|query-side"
+        base = re.sub(r":nodes=\w+$", "", str(self.encoder.fingerprint).rsplit(":adapter=", 1)[0])
+        return base + ":adapter=none|query-side"
 
     def encode_nodes(self, inputs: Sequence[Any], batch_size: int | None = None) -> Any:
         return self.encoder.encode_queries([getattr(x, "text", x) for x in inputs], batch_size)

@@ -7,6 +7,7 @@
     python -m canopy_lit.report answers NAME=RUN_DIR... [--markdown]
     python -m canopy_lit.report pack STUDY_DIR...              # experiments/runs/<study> -> <study>.zip
     python -m canopy_lit.report unpack STUDY_ZIP... [--force] [--if-stale]  # <study>.zip -> experiments/runs/<study>
+    python -m canopy_lit.report merge-shards OUT SHARD_DIR...  # shard=I/N run folders -> the unsharded run folder
 
 ``RUN`` is a run folder (``metrics.json``) or any folder above run folders (a multirun, outputs/).
 Exit status 2 with one line on stderr for a missing or unreadable run folder.
@@ -111,6 +112,22 @@ def cmd_unpack(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_merge_shards(args: argparse.Namespace) -> int:
+    # The merged metrics are the evaluation's own (canopy_lit.evaluate): imported here, on use, so that the
+    # report commands never load the pipeline.
+    from canopy_lit.eval.harness import RunFailed
+    from canopy_lit.evaluate import merge_shards
+
+    try:
+        metrics = merge_shards(args.out, args.shards)
+    except RunFailed as err:  # every question failed: metrics written, exit 1 as the unsharded run's
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    n = metrics.get("eval/n", metrics.get("evidence/n"))
+    print(f"{args.out}: {len(args.shards)} shards merged" + (f", {n:.0f} questions" if n is not None else ""))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m canopy_lit.report", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
@@ -161,6 +178,11 @@ def parser() -> argparse.ArgumentParser:
     u.add_argument("--if-stale", action="store_true",
                    help="only where the folder does not hold this archive's files yet (what reports do on first read)")
     u.set_defaults(fn=cmd_unpack)
+
+    m = sub.add_parser("merge-shards", help="the run folders of shard=0/N ... N-1/N -> one unsharded run folder")
+    m.add_argument("out", help="the merged run folder (new, or empty)")
+    m.add_argument("shards", nargs="+", help="the shards' run folders, all N of them, in any order")
+    m.set_defaults(fn=cmd_merge_shards)
     return ap
 
 

@@ -328,6 +328,34 @@ def covering_archives(path: str | Path) -> list[Path]:
     return sorted(p for p in path.glob("*" + SUFFIX) if is_study_archive(p)) if path.is_dir() else []
 
 
+def _zip_error(path: Path) -> str | None:
+    """Why ``path`` cannot be opened as a zip (None when it can)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            zf.comment  # noqa: B018 - opening reads the central directory, where a cut or overwritten zip fails
+    except (zipfile.BadZipFile, OSError) as err:
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
+def corrupt_archives(path: str | Path) -> list[tuple[Path, str]]:
+    """``(archive, why)`` for each zip that could hold the runs under ``path`` but cannot be opened: ``path``
+    itself (a ``.zip``), the archive of ``path`` or of a folder above it, and the zips directly inside
+    ``path``. ``covering_archives`` skips such a file (its comment is unreadable), so a report that finds
+    no runs asks here why."""
+    path = Path(path)
+    candidates = [path] if path.suffix == SUFFIX and path.is_file() else []
+    candidates += [archive_path(f) for f in (path, *path.parents) if f.name and archive_path(f).is_file()]
+    if path.is_dir():
+        candidates += sorted(path.glob("*" + SUFFIX))
+    out = []
+    for archive in dict.fromkeys(candidates):
+        why = _zip_error(archive)
+        if why is not None:
+            out.append((archive, why))
+    return out
+
+
 def ensure_unpacked(paths: Iterable[str | Path]) -> list[Path]:
     """Unpack every archive behind ``paths`` whose folder does not hold its files yet; returns those unpacked.
 
@@ -344,7 +372,7 @@ def ensure_unpacked(paths: Iterable[str | Path]) -> list[Path]:
 
 
 __all__ = [
-    "ArchiveError", "PackResult", "archive_path", "committed_files", "covering_archives", "edited_files",
+    "ArchiveError", "PackResult", "archive_path", "committed_files", "corrupt_archives", "covering_archives", "edited_files",
     "ensure_unpacked", "folder_path", "is_current", "is_study_archive", "pack", "read_archive", "run_record", "unpack",
     "write_archive",
 ]  # fmt: skip

@@ -23,7 +23,14 @@ from omegaconf import OmegaConf
 
 from canopy_lit.eval.records import cfg_get, read_predictions, read_run_axes, run_axes
 from canopy_lit.eval.summary import duplicate_rates
-from canopy_lit.report.archive import ensure_unpacked
+from canopy_lit.report.archive import (
+    SUFFIX,
+    ArchiveError,
+    corrupt_archives,
+    ensure_unpacked,
+    folder_path,
+    is_study_archive,
+)
 
 log = logging.getLogger(__name__)
 
@@ -144,9 +151,10 @@ def _first_record(path: Path) -> dict[str, Any] | None:
         for line in fh:
             if line.strip():
                 try:
-                    return json.loads(line)
+                    first = json.loads(line)
                 except json.JSONDecodeError:
                     return None
+                return first if isinstance(first, dict) else None
     return None
 
 
@@ -247,6 +255,25 @@ def load_run(path: str | Path, study: str | None = None) -> Run:
     return Run(path, metrics, config, [str(o) for o in overrides or []], str(name or "runs"), axes)
 
 
+def _refuse_corrupt(path: Path) -> None:
+    """Raise naming the corrupt zip behind ``path``, if one is why it holds no runs."""
+    bad = corrupt_archives(path)
+    if bad:
+        archive, why = bad[0]
+        raise ArchiveError(f"{archive}: corrupt zip archive, its runs cannot be read ({why}); restore it "
+                           "(a committed one: from git) or delete it")  # fmt: skip
+
+
+def _study_folder(path: Path) -> Path:
+    """A study archive given by name (``experiments/runs/<study>.zip``) stands for its folder, unpacked first."""
+    if path.suffix == SUFFIX and path.is_file():
+        _refuse_corrupt(path)
+        if not is_study_archive(path):
+            raise ArchiveError(f"{path}: not a study archive (python -m canopy_lit.report pack writes those)")
+        return folder_path(path)
+    return path
+
+
 def find_runs(paths: Iterable[str | Path], study: str | None = None) -> list[Run]:
     """Runs under ``paths``: each a run folder, or any folder above run folders (multirun, outputs/).
 
@@ -255,13 +282,15 @@ def find_runs(paths: Iterable[str | Path], study: str | None = None) -> list[Run
     """
     runs: list[Run] = []
     seen: set[Path] = set()
-    paths = [Path(p) for p in paths]
+    paths = [_study_folder(Path(p)) for p in paths]
     ensure_unpacked(paths)
     for p in paths:
         if not p.exists():
+            _refuse_corrupt(p)
             raise FileNotFoundError(f"{p}: no such run folder")
         found = [p] if (p / "metrics.json").is_file() else sorted(m.parent for m in p.rglob("metrics.json"))
         if not found:
+            _refuse_corrupt(p)
             log.warning("%s: no run folders (metrics.json) below it", p)
         for r in found:
             key = r.resolve()

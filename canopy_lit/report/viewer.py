@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from canopy_lit.data import BENCHMARKS, load_benchmark, project_data_dir
+from canopy_lit.data import BENCHMARKS, DataFormatError, load_benchmark, project_data_dir
 from canopy_lit.eval.records import cfg_get, read_predictions, read_run_axes, run_axes
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.report.decisions import tree_shape
@@ -92,6 +92,35 @@ class ItemResolver:
 
 def _esc(x: Any) -> str:
     return html.escape(str(x), quote=True)
+
+
+# Per-question scores that are counts, shown as they are; every other score is a share, shown in %.
+COUNT_SCORES = frozenset({"tokens"})
+
+
+def _number(rec: Mapping[str, Any], field: str, value: Any, source: str | Path | None) -> float:
+    """A record field the page computes with, as a float; anything else is an error naming file, record and field."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise DataFormatError(source or "predictions.jsonl", f"{field}: expected a number, got {json.dumps(value)[:60]}",
+                              record_id=rec.get("id"))  # fmt: skip
+    return float(value)
+
+
+def _mapping(rec: Mapping[str, Any], field: str, source: str | Path | None) -> Mapping[str, Any]:
+    value = rec.get(field) or {}
+    if not isinstance(value, Mapping):
+        raise DataFormatError(source or "predictions.jsonl", f"{field}: expected a JSON object, got {json.dumps(value)[:60]}",
+                              record_id=rec.get("id"))  # fmt: skip
+    return value
+
+
+def outcome(scores: Mapping[str, Any]) -> tuple[str, float | None]:
+    """(label, hit) of a question: EM, else choice accuracy, else (an evidence run) answer recall; hit None
+    when the record has none of them."""
+    for key, label in (("em", "EM"), ("accuracy", "accuracy"), ("answer_recall", "answer recall")):
+        if key in scores:
+            return label, scores[key]
+    return "", None
 
 
 def leaf_states(n_leaves: int, leaf_ranges: Sequence[Sequence[int]]) -> list[bool]:
@@ -219,21 +248,32 @@ def question_html(
     data_dir: Path,
     out_dir: Path,
     open_: bool = False,
+    source: str | Path | None = None,
 ) -> str:
+    """One question's section; ``source`` (the predictions file) names where a field that must be a number is not."""
     q = resolver.question(str(rec.get("id")), rec.get("benchmark") or None)
     gold = q.gold if q else {}
-    scores = rec.get("scores") or {}
-    score = " ".join(f"{k.upper()} {100 * float(v):.0f}" for k, v in scores.items())
+    scores = {k: _number(rec, f"scores.{k}", v, source) for k, v in _mapping(rec, "scores", source).items()}
+    score = " ".join(
+        f"{k.upper()} {v:g}" if k in COUNT_SCORES else f"{k.upper()} {100 * v:.0f}" for k, v in scores.items()
+    )
     status = rec.get("status", "ok")
-    calls = rec.get("llm_calls") or {}
+    calls = {k: _number(rec, f"llm_calls.{k}", v, source) for k, v in _mapping(rec, "llm_calls", source).items()}
+    label, hit = outcome(scores)
+    # The badge says how the question did, not only that it ran: a run that found no answer is not "ok".
+    if status != "ok":
+        badge = f'<span class="st bad">{_esc(status)}</span>'
+    elif hit is None:
+        badge = f'<span class="st na">{_esc(status)}</span>'
+    else:
+        badge = f'<span class="st {"ok" if hit else "bad"}">{_esc(label)} {100 * hit:.0f}</span>'
     summary = (
-        f'<span class="st {"ok" if status == "ok" else "bad"}">{_esc(status)}</span> '
+        f'{badge} '
         f'<span class="qid">{_esc(rec.get("id"))}</span> {_esc(rec.get("question", ""))} '
-        f'<span class="dim">· {_esc(score)} · {rec.get("evidence_tokens", 0)} tokens · '
-        f'{len(rec.get("rounds") or [])} round(s) · {sum(calls.values())} LLM call(s)</span>'
+        f'<span class="dim">· {_esc(score)} · {_esc(rec.get("evidence_tokens", 0))} tokens · '
+        f'{len(rec.get("rounds") or [])} round(s) · {sum(calls.values()):g} LLM call(s)</span>'
     )
     answers = " | ".join(str(a) for a in rec.get("answers") or [])
-    hit = scores.get("em", scores.get("accuracy"))
     ans = (
         f'<div class="answer"><div><b>prediction:</b> <span class="{"ok" if hit else "bad"}">'
         f'{_esc(rec.get("prediction") or "")}</span></div><div><b>gold:</b> {_esc(answers)}</div>'
@@ -249,11 +289,14 @@ def question_html(
             for iid in gold
         )
         ans += f"<div><b>gold evidence</b> (✓ retrieved, ✗ missed): {marks}</div>"
-    cost = ", ".join(f"{k} {v}" for k, v in calls.items())
-    times = ", ".join(f"{k} {float(v):.2f}s" for k, v in (rec.get("time_s") or {}).items())
-    ans += f'<div class="dim">LLM calls: {_esc(cost or "none")} · time: {_esc(times)} · latency {float(rec.get("latency_s", 0)):.2f}s'
+    cost = ", ".join(f"{k} {v:g}" for k, v in calls.items())
+    times = ", ".join(
+        f"{k} {_number(rec, f'time_s.{k}', v, source):.2f}s" for k, v in _mapping(rec, "time_s", source).items()
+    )
+    latency = _number(rec, "latency_s", rec.get("latency_s", 0), source)
+    ans += f'<div class="dim">LLM calls: {_esc(cost or "none")} · time: {_esc(times)} · latency {latency:.2f}s'
     if rec.get("truncated_items"):
-        ans += f' · <span class="bad">{rec["truncated_items"]} item(s) cut by the reader cap</span>'
+        ans += f' · <span class="bad">{_esc(rec["truncated_items"])} item(s) cut by the reader cap</span>'
     ans += "</div></div>"
     rounds = rec.get("rounds") or []
     body = []
@@ -266,7 +309,7 @@ def question_html(
         body.append(
             f'<div class="round"><h4>round {int(rd.get("round", i)) + 1}: <q>{_esc(rd.get("query", ""))}</q></h4>'
             f'<div class="dim">retrieved {len(rd.get("retrieved") or [])}, duplicates (already held, struck out) '
-            f'{rd.get("duplicates", 0)}: {retrieved}</div>{items}'
+            f'{_esc(rd.get("duplicates", 0))}: {retrieved}</div>{items}'
             f"{_controller_html(rd.get('controller'), i == len(rounds) - 1)}</div>"
         )
     if not rounds:
@@ -285,7 +328,8 @@ h1{font-size:20px;margin:0 0 4px} .dim{color:#777;font-size:12px} q{font-style:i
 details.q{border:1px solid #ddd;border-radius:6px;margin:10px 0;padding:6px 10px}
 details.q>summary{cursor:pointer;font-weight:500} .qid{font-family:monospace;font-size:12px;color:#555}
 .st{font-size:11px;padding:1px 6px;border-radius:8px;color:#fff}.st.ok{background:#2e7d32}.st.bad{background:#c62828}
-.ok{color:#2e7d32}.bad{color:#c62828} .st.ok,.st.bad{color:#fff} .answer{background:#f6f6f6;padding:6px 8px;border-radius:4px;margin:6px 0}
+.st.na{background:#78909c}
+.ok{color:#2e7d32}.bad{color:#c62828} .st.ok,.st.bad,.st.na{color:#fff} .answer{background:#f6f6f6;padding:6px 8px;border-radius:4px;margin:6px 0}
 .round{border-left:3px solid #90a4ae;padding-left:10px;margin:10px 0} .round h4{margin:4px 0}
 .item{border:1px solid #e0e0e0;border-radius:4px;padding:6px 8px;margin:6px 0} .item.isgold{border-color:#f9a825}
 .ihead{margin-bottom:4px} .mod,.badge{font-size:11px;background:#eceff1;padding:1px 5px;border-radius:6px}
@@ -327,7 +371,8 @@ def build_viewer(
 
     Args:
         run_dir: an evaluation run folder (``predictions.jsonl``; ``.hydra/config.yaml`` optional).
-        benchmark, data_path: override the run's benchmark (``run.json``) / ``data.path`` (its config).
+        benchmark: override the run's benchmark (``run.json``) / ``data.path`` (its config).
+        data_path: see ``benchmark``.
         branching: override the run's B (for the tree decisions).
         limit: render only the first N questions.
         open_first: questions expanded on load.
@@ -372,7 +417,7 @@ def build_viewer(
         )
         if v is not None
     )
-    qs = [question_html(r, resolver, hierarchy, b, data_dir, out, i < open_first) for i, r in enumerate(records)]
+    qs = [question_html(r, resolver, hierarchy, b, data_dir, out, i < open_first, preds) for i, r in enumerate(records)]
     errors = "".join(f'<div class="warn">could not load {_esc(k)}: {_esc(v)}</div>' for k, v in resolver.errors.items())
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Evidence viewer: {_esc(run_dir.name)}</title>
@@ -381,7 +426,7 @@ def build_viewer(
 <div class="dim">{_esc(run_dir)}</div>
 <div>{_esc(setting)}</div><div class="dim">{_esc(mline)}</div>{errors}
 <div class="bar"><input id="f" placeholder="filter: id, question, prediction" oninput="filt()" size="40">
-<select id="m" onchange="filt()"><option value="">all</option><option value="wrong">wrong (EM/acc 0)</option>
+<select id="m" onchange="filt()"><option value="">all</option><option value="wrong">wrong (EM/acc/answer recall 0)</option>
 <option value="right">right</option><option value="failed">failed</option></select>
 <button onclick="all(true)">expand</button><button onclick="all(false)">collapse</button>
 <span class="legend dim"><span class="kept">kept region</span><span class="drop">dropped region</span>

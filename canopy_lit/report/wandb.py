@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from canopy_lit.redaction import redact, redact_config, redacted_argv
 from canopy_lit.report.plots import make_all
 from canopy_lit.report.runs import Run, group_studies, load_run, read_jsonl
 from canopy_lit.report.tables import study_rows
@@ -68,11 +69,17 @@ def _clean(v: Any) -> Any:
     return v
 
 
+def _cell(value: Any) -> Any:
+    value = _clean(value) if not isinstance(value, (list, dict)) else str(value)
+    return redact(value) if isinstance(value, str) else value
+
+
 def _table(wandb: Any, rows: Sequence[Mapping[str, Any]]) -> Any:
     cols: list[str] = []
     for r in rows:
         cols += [k for k in r if k not in cols]
-    data = [[_clean(r.get(c)) if not isinstance(r.get(c), (list, dict)) else str(r.get(c)) for c in cols] for r in rows]
+    # cells are redacted: a reply that echoed a credential must not be uploaded with the table
+    data = [[_cell(r.get(c)) for c in cols] for r in rows]
     return wandb.Table(columns=cols, data=data, allow_mixed_types=True)
 
 
@@ -93,7 +100,11 @@ def log_report(
         the local folder of the W&B run.
     """
     wandb = _wandb()
-    run = wandb.init(project=project, name=name, mode=mode, dir=str(dir) if dir else None, job_type="report", **init)
+    with redacted_argv():  # W&B records the command line as the run starts
+        run = wandb.init(
+            project=project, name=redact(name) if name else name, mode=mode, dir=str(dir) if dir else None,
+            job_type="report", **redact_config(init),
+        )  # fmt: skip
     try:
         payload: dict[str, Any] = {}
         for study, sub in group_studies(runs).items():
@@ -129,7 +140,9 @@ def log_eval_run(run_dir: str | Path, logger_cfg: Mapping[str, Any] | None, conf
     r = load_run(rd)
     kwargs.setdefault("name", rd.name)
     kwargs.setdefault("job_type", "evaluate")
-    run = wandb.init(config=dict(config or r.config), **kwargs)
+    # the run's name and config leave the process: a password in a URL (llm.base_url) stays here
+    with redacted_argv():  # W&B records the command line as the run starts
+        run = wandb.init(config=redact_config(dict(config or r.config)), **redact_config(kwargs))
     try:
         clean = {k: v for k, v in r.metrics.items() if not math.isnan(v)}
         for k, v in clean.items():

@@ -1,4 +1,5 @@
-"""Retrieval: corpus store, FAISS index, BM25, hybrid RRF, corpus encoding, node-embedding cache, routing.
+"""Retrieval: corpus store (the bundled union or your own corpus file), FAISS index, BM25, hybrid RRF, corpus
+encoding, node-embedding cache, routing.
 
 Usable without Hydra::
 
@@ -41,6 +42,9 @@ _EXPORTS = {
     "Retriever": "retriever",
     "build_retriever": "retriever",
     "LLMModalityRouter": "router",
+    "open_corpus": "user_corpus",
+    "read_corpus": "user_corpus",
+    "user_corpus_store": "user_corpus",
 }
 
 

@@ -33,6 +33,7 @@ from canopy_lit.retrieval.base import (
 )
 from canopy_lit.retrieval.corpus import CorpusStore, render_item
 from canopy_lit.retrieval.retriever import _slug
+from canopy_lit.retrieval.user_corpus import open_corpus
 from canopy_lit.types import Item
 
 log = logging.getLogger(__name__)
@@ -69,8 +70,9 @@ class BM25Settings:
     """Scoring and tokenisation settings (all part of the index cache key).
 
     Args:
-        k1, b: BM25 term-frequency saturation and length normalisation (Lucene defaults 1.5 / 0.75
+        k1: BM25 term-frequency saturation and length normalisation (Lucene defaults 1.5 / 0.75
             in bm25s; Pyserini uses 0.9 / 0.4).
+        b: see ``k1``.
         method: bm25s variant: lucene | robertson | atire | bm25l | bm25+.
         stemmer: Snowball language for PyStemmer (``english``), or None for no stemming.
         stopwords: bm25s stopword list name (``english``) or None.
@@ -203,7 +205,7 @@ def load_or_build_index(corpus: CorpusStore, settings: BM25Settings, cache_dir: 
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     index.save(str(tmp), show_progress=False)
-    (tmp / "ids.json").write_text(json.dumps(corpus.ids))
+    (tmp / "ids.json").write_text(json.dumps(list(corpus.ids)))
     shutil.rmtree(out, ignore_errors=True)
     os.replace(tmp, out)
     log.info("bm25: indexed %d items in %.1f s -> %s", len(corpus), time.perf_counter() - t0, out)
@@ -223,28 +225,41 @@ def build_bm25_retriever(
     routing: bool = False,
     router: Any = None,
     benchmark_options: Mapping[str, Mapping[str, Any]] | None = None,
+    loaded: Mapping[str, Any] | None = None,
+    corpus: str | Path | None = None,
+    corpus_options: dict[str, Any] | None = None,
 ) -> BM25Retriever:
     """Corpus of ``benchmarks`` -> BM25 index (cached by content) -> retriever.
 
     Args:
         encoder: unused (BM25 needs no encoder); accepted so that every retrieval group option is
             instantiated the same way.
-        benchmarks, cache_dir, benchmark_options: as ``build_retriever`` (the corpus JSONL is shared
+        benchmarks: as ``build_retriever`` (the corpus JSONL is shared
             with the dense retriever of the same benchmarks; default ``$CANOPY_LIT_HOME/retrieval``).
-        k1, b, method, stemmer, stopwords: ``BM25Settings``.
+        cache_dir: see ``benchmarks``.
+        benchmark_options: see ``benchmarks``.
+        loaded: see ``benchmarks``.
+        corpus: your own corpus in place of the union, as ``build_retriever``.
+        corpus_options: see ``corpus``.
+        k1: ``BM25Settings``.
+        b: see ``k1``.
+        method: see ``k1``.
+        stemmer: see ``k1``.
+        stopwords: see ``k1``.
         n_threads: bm25s query threads.
-        routing, router: route each query to the modalities ``router`` picks (UniversalRAG, e.g. an
+        routing: route each query to the modalities ``router`` picks (UniversalRAG, e.g. an
             ``LLMModalityRouter``); ``routing=True`` without a router raises.
+        router: see ``routing``.
     """
     if routing and router is None:
         raise ValueError("retrieval.routing=true needs a router (the LLM layer's ModalityRouter)")
     names = [x.lower() for x in benchmarks]
     opts = {n: dict(v) for n, v in (benchmark_options or {}).items()} or None
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir("retrieval")
-    corpus = CorpusStore.from_benchmarks(names, cache / f"corpus-{_slug(names, opts)}.jsonl", options=opts)
+    store = open_corpus(names, cache, corpus, corpus_options, benchmark_options=opts, loaded=loaded)
     settings = BM25Settings(k1=k1, b=b, method=method, stemmer=stemmer, stopwords=stopwords)
-    index = load_or_build_index(corpus, settings, cache)
-    return BM25Retriever(index, corpus, settings, n_threads=n_threads, router=router if routing else None)
+    index = load_or_build_index(store, settings, cache)
+    return BM25Retriever(index, store, settings, n_threads=n_threads, router=router if routing else None)
 
 
 build_bm25_retriever.needs_encoder = False  # type: ignore[attr-defined]  # evaluate_retrieval skips loading one

@@ -9,12 +9,18 @@ On SIGTERM (a scheduler's pre-emption, ``kill``, ``timeout``) the batch in fligh
 buffered embeddings are saved as one more (smaller) shard, and the process exits with status 143 and a
 line saying what was saved; the next run skips it. The corpus size is logged before encoding starts,
 and a progress bar (total, rate, ETA) runs unless ``progress=False``.
+
+Items are read lazily: the pending corpus rows (8 B each) are cut into chunks of ``chunk_size`` items, and a
+chunk is read from the corpus file and rendered only when its first batch is asked for (longest first
+inside the chunk: little padding per batch). With W ranks each rank walks its own contiguous run of
+chunks, so no process ever holds more than one chunk of rendered inputs, whatever the corpus size.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -31,6 +37,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from canopy_lit.hierarchy import Hierarchy, NodeInput
 from canopy_lit.retrieval.corpus import CorpusStore, render_item
+from canopy_lit.retrieval.index import embedding_shards, shard_ids_path
 
 log = logging.getLogger(__name__)
 
@@ -63,21 +70,66 @@ def f0_fingerprint(encoder: Any) -> str:
     return fp.rsplit(":adapter=", 1)[0] + ":adapter=none" if ":adapter=" in fp else fp
 
 
-class _Rendered(Dataset):
-    """(item id, encoder input) pairs; batches are tokenised by the encoder in ``collate``."""
+class _LazyBatches(Dataset):
+    """Dataset item j = one tokenised batch ``(ids, tokens, n_truncated)`` of the pending corpus rows.
 
-    def __init__(self, ids: Sequence[str], inputs: Sequence[NodeInput | str], encoder: Any) -> None:
-        self.ids, self.inputs, self.encoder = list(ids), list(inputs), encoder
+    Batch b covers pending positions [b·batch_size, (b+1)·batch_size) of its chunk after the chunk is sorted
+    longest first; only the current chunk is held rendered. Lightning's distributed sampler gives rank r the
+    items r, r + W, r + 2W ... in order; item j is mapped to batch (j mod W)·S + j div W (S = batches per
+    rank), so each rank reads a contiguous run of chunks. Items past the last batch repeat it (the
+    sampler needs W·S items; the repeats are ignored when the shards are read, as DDP padding always was).
+    """
+
+    def __init__(
+        self,
+        corpus: CorpusStore,
+        rows: np.ndarray,
+        encoder: Any,
+        hierarchy: Hierarchy,
+        batch_size: int,
+        chunk_size: int,
+        world_size: int = 1,
+    ) -> None:
+        self.corpus, self.rows, self.encoder, self.hierarchy = corpus, rows, encoder, hierarchy
+        self.batch_size = batch_size
+        self.chunk = max(1, math.ceil(chunk_size / batch_size)) * batch_size  # whole batches per chunk
+        self.world = max(1, int(world_size))
+        self.n_batches = math.ceil(len(rows) / batch_size)
+        self.per_rank = math.ceil(self.n_batches / self.world)
+        self._chunk_id = -1
+        self._ids: list[str] = []
+        self._inputs: list[NodeInput | str] = []
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return self.per_rank * self.world
 
-    def __getitem__(self, i: int) -> tuple[str, NodeInput | str]:
-        return self.ids[i], self.inputs[i]
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_chunk_id": -1, "_ids": [], "_inputs": []}  # workers render their own
 
-    def collate(self, rows: list[tuple[str, NodeInput | str]]) -> tuple[list[str], dict[str, torch.Tensor]]:
-        ids = [r[0] for r in rows]
-        return ids, self.encoder.tokenize([r[1] for r in rows])
+    def _load_chunk(self, c: int) -> None:
+        rows = self.rows[c * self.chunk : (c + 1) * self.chunk].tolist()
+        inputs = [render_item(self.corpus.item_at(r), self.hierarchy) for r in rows]
+        order = sorted(range(len(rows)), key=lambda i: -self.encoder.input_length(inputs[i]))
+        self._ids = [self.corpus.ids[rows[i]] for i in order]
+        self._inputs = [inputs[i] for i in order]
+        self._chunk_id = c
+
+    def __getitem__(self, j: int) -> tuple[list[str], dict[str, torch.Tensor], int]:
+        b = (j % self.world) * self.per_rank + j // self.world
+        repeat = b >= self.n_batches
+        b = min(b, self.n_batches - 1)
+        c, lo = divmod(b * self.batch_size, self.chunk)
+        if c != self._chunk_id:
+            self._load_chunk(c)
+        ids = self._ids[lo : lo + self.batch_size]
+        inputs = self._inputs[lo : lo + self.batch_size]
+        cut = 0 if repeat else sum(getattr(self.encoder, "truncated", lambda x: [False] * len(x))(inputs))
+        return ids, self.encoder.tokenize(inputs), cut
+
+
+def _one_batch(items: list[Any]) -> Any:
+    """``collate_fn`` of a DataLoader of batch size 1 over ``_LazyBatches`` (whose items are batches)."""
+    return items[0]
 
 
 class CorpusEncoderModule(LightningModule):
@@ -95,14 +147,14 @@ class CorpusEncoderModule(LightningModule):
             raise ValueError(f"encode role must be 'f0' or 'ftheta', got {role!r}")
         self.encoder, self.role = encoder, role
 
-    def predict_step(self, batch: tuple[list[str], dict[str, torch.Tensor]], batch_idx: int) -> dict[str, Any]:
-        ids, tokens = batch
+    def predict_step(self, batch: tuple[Any, ...], batch_idx: int) -> dict[str, Any]:
+        ids, tokens = batch[0], batch[1]
         if self.role == "f0":
             with self.encoder.adapter_disabled():
                 emb = self.encoder.embed(tokens)
         else:
             emb = self.encoder.embed(tokens)
-        return {"ids": ids, "emb": emb.float().cpu().numpy()}
+        return {"ids": ids, "emb": emb.float().cpu().numpy(), "truncated": int(batch[2]) if len(batch) > 2 else 0}
 
 
 class EmbeddingShardWriter(BasePredictionWriter):
@@ -118,6 +170,7 @@ class EmbeddingShardWriter(BasePredictionWriter):
         self._buffered = 0
         self.written = 0  # embeddings saved by this writer (this rank, this run)
         self.shards = 0  # shards saved by this writer
+        self.truncated = 0  # items of the batches seen that the encoder cut at max_seq_length
 
     def _next_seq(self, rank: int) -> int:
         done = [int(p.stem.split("-")[2]) for p in finished_shards(self.out_dir) if p.name.startswith(f"shard-r{rank}-")]
@@ -140,6 +193,7 @@ class EmbeddingShardWriter(BasePredictionWriter):
     def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx, dataloader_idx=0):
         self._ids += prediction["ids"]
         self._emb.append(prediction["emb"])
+        self.truncated += prediction.get("truncated", 0)
         self._buffered += len(prediction["ids"])
         if self._buffered >= self.shard_size:
             self._flush(trainer.global_rank)
@@ -186,21 +240,32 @@ class _ItemProgress(Callback):
 
 
 def finished_shards(out_dir: str | Path) -> list[Path]:
-    return sorted(p for p in Path(out_dir).glob("shard-r*-*.npy") if not p.name.endswith(".tmp.npy"))
+    return embedding_shards(out_dir)
 
 
 def done_ids(out_dir: str | Path) -> set[str]:
     """Ids held by the finished shards of ``out_dir``."""
     out: set[str] = set()
     for p in finished_shards(out_dir):
-        out.update(json.loads(p.with_suffix("").with_suffix(".ids.json").read_text()))
+        out.update(json.loads(shard_ids_path(p).read_text()))
     return out
+
+
+def done_rows(out_dir: str | Path, corpus: CorpusStore) -> np.ndarray:
+    """(N,) bool: which corpus rows the finished shards of ``out_dir`` hold (1 B per item, not a set of ids)."""
+    done = np.zeros(len(corpus), dtype=bool)
+    for p in finished_shards(out_dir):
+        rows = corpus.rows(json.loads(shard_ids_path(p).read_text()))
+        done[rows[rows >= 0]] = True
+    return done
 
 
 def load_shards(out_dir: str | Path, order: Sequence[str] | None = None) -> tuple[list[str], np.ndarray]:
     """All finished shards joined: ids and (N, D) float32 vectors, deduplicated (DDP pads with repeats).
 
-    With ``order``, rows follow it and every id of ``order`` must be present.
+    With ``order``, rows follow it and every id of ``order`` must be present. Holds every vector in memory
+    (several copies while joining): the index is built from the shards directly
+    (``FaissIndex.build_from_shards``); this is for small corpora and checks.
     """
     ids: list[str] = []
     vecs: list[np.ndarray] = []
@@ -218,6 +283,8 @@ def load_shards(out_dir: str | Path, order: Sequence[str] | None = None) -> tupl
 
 @dataclass
 class EncodeReport:
+    """What one ``encode_corpus`` call did: items encoded now, items found in finished shards, seconds."""
+
     encoded: int  # items encoded in this call
     skipped: int  # items already in finished shards
     seconds: float
@@ -245,6 +312,7 @@ def encode_corpus(
     trainer_kwargs: dict[str, Any] | None = None,
     callbacks: Sequence[Any] = (),
     progress: bool = True,
+    chunk_size: int = 8192,
 ) -> EncodeReport:
     """Encode every item of ``corpus`` not already in a finished shard of ``out_dir``.
 
@@ -254,14 +322,17 @@ def encode_corpus(
         out_dir: shard folder; its ``meta.json`` pins encoder fingerprint, role, corpus digest and renderer
             (``Hierarchy.fingerprint``), and a mismatch raises instead of mixing embeddings of two setups.
         role: ``"f0"`` (retrieval) or ``"ftheta"``.
-        batch_size, shard_size: items per forward pass / per saved shard.
-        trainer_kwargs: extra ``lightning.Trainer`` arguments (e.g. ``devices=8, strategy="ddp"``).
+        batch_size: items per forward pass / per saved shard.
+        shard_size: see ``batch_size``.
+        trainer_kwargs: extra ``lightning.Trainer`` arguments (e.g. ``devices=8, strategy="ddp"``; the CLI's
+            ``--accelerator/--devices/--strategy/--num-nodes``).
         callbacks: extra Lightning callbacks.
         progress: show a progress bar (items done / total, rate, ETA) on stderr.
+        chunk_size: items read and rendered at a time (per rank); sorted longest first within a chunk.
 
     Returns:
         ``EncodeReport`` for this call (this rank); items cut at the encoder's ``max_seq_length`` are
-        counted there and logged as one warning.
+        counted there and logged as one warning once encoding ends.
 
     Raises:
         EncodeInterrupted: on SIGTERM, after the embeddings encoded so far are saved (exit status 143).
@@ -283,26 +354,12 @@ def encode_corpus(
                              "encode into a fresh folder")  # fmt: skip
     else:
         meta_path.write_text(json.dumps(meta, indent=1))
-    done = done_ids(out)
-    todo_ids, inputs = [], []
-    for item in corpus:
-        if item.id not in done:
-            todo_ids.append(item.id)
-            inputs.append(render_item(item, h))
-    skipped = len(corpus) - len(todo_ids)
+    todo = np.flatnonzero(~done_rows(out, corpus))  # pending rows, in corpus order
+    skipped = len(corpus) - len(todo)
     log.info("encoding %d of %d corpus items into %s (%d already in finished shards; batch %d, shard %d)",
-             len(todo_ids), len(corpus), out, skipped, batch_size, shard_size)  # fmt: skip
-    if not todo_ids:
+             len(todo), len(corpus), out, skipped, batch_size, shard_size)  # fmt: skip
+    if not len(todo):
         return EncodeReport(0, skipped, time.perf_counter() - t0)
-    cut = count_truncated(encoder, inputs)
-    if cut:
-        log.warning("%d of the %d items to encode are longer than the encoder reads (max_seq_length=%s tokens): "
-                    "their embeddings see only the first tokens", cut, len(inputs),
-                    getattr(encoder, "max_seq_length", "?"))  # fmt: skip
-    # Longest first, like the encoder's own batching: little padding per batch, OOM shows up at once.
-    order = sorted(range(len(todo_ids)), key=lambda i: -encoder.input_length(inputs[i]))
-    data = _Rendered([todo_ids[i] for i in order], [inputs[i] for i in order], encoder)
-    loader = DataLoader(data, batch_size=batch_size, shuffle=False, collate_fn=data.collate, num_workers=num_workers)
     writer = EmbeddingShardWriter(out, shard_size=shard_size, dtype=dtype)
     kw: dict[str, Any] = {
         "accelerator": "auto",
@@ -320,7 +377,14 @@ def encode_corpus(
     chatty.setLevel(logging.WARNING)
     try:
         trainer = Trainer(callbacks=[writer, *bar, *callbacks], **kw)
+        # one item = one batch, rendered when asked (see _LazyBatches); the world size places each rank's run
+        # (nodes x devices: known before DDP launches its processes, unlike trainer.world_size)
+        world = trainer.num_nodes * trainer.num_devices
+        data = _LazyBatches(corpus, todo, encoder, h, batch_size, chunk_size, world)
+        loader = DataLoader(data, batch_size=1, shuffle=False, collate_fn=_one_batch, num_workers=num_workers)
         trainer.predict(CorpusEncoderModule(encoder, role), dataloaders=loader, return_predictions=False)
+        # DDP: every rank's last shard is on disk before any rank goes on to read the shards
+        trainer.strategy.barrier("encode_corpus")
     except _StopAfterShard:
         done = skipped + writer.written
         msg = (f"encoding interrupted by SIGTERM: {writer.written} new embeddings saved in {writer.shards} shard(s) "
@@ -329,5 +393,10 @@ def encode_corpus(
         raise EncodeInterrupted(msg) from None
     finally:
         chatty.setLevel(level)
+    cut = writer.truncated
+    if cut:
+        log.warning("%d of the %d items to encode are longer than the encoder reads (max_seq_length=%s tokens): "
+                    "their embeddings see only the first tokens", cut, len(todo),
+                    getattr(encoder, "max_seq_length", "?"))  # fmt: skip
     log.info("encoded %d items in %.1f s", writer.written, time.perf_counter() - t0)
     return EncodeReport(writer.written, skipped, time.perf_counter() - t0, truncated=cut)

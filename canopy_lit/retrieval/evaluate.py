@@ -8,6 +8,10 @@ The retriever is whatever ``cfg.retrieval`` targets: dense FAISS (``retrieval=de
 NQ the gold paragraph, HotpotQA any supporting paragraph, OTT-QA the gold table, TAT-QA any gold
 item (the document's table or a supporting paragraph). HotpotQA also reports ``recall_all@k``
 (both supporting paragraphs in the top k), the multi-hop view that motivates the critic loop.
+
+Over the union corpus a target the corpus lacks is dropped (a question left without one is skipped). Over your
+own corpus (``retrieval.corpus=PATH``) every gold item is a target: one the file lacks is a miss, and
+``.../gold_absent`` counts the questions none of whose targets the corpus holds.
 """
 
 from __future__ import annotations
@@ -29,22 +33,32 @@ log = logging.getLogger(__name__)
 KS = (1, 5, 10, 20)
 
 
-def targets(question: Question, retriever: BatchRetriever) -> set[str]:
-    """Item ids a hit must match: the gold table for OTT-QA (``meta["doc"]``), else the gold items."""
+def targets(question: Question, retriever: BatchRetriever, absent_is_miss: bool = False) -> set[str]:
+    """Item ids a hit must match: the gold table for OTT-QA (``meta["doc"]``), else the gold items; only those
+    in the corpus unless ``absent_is_miss`` (a user corpus: a gold item it lacks is a target never hit)."""
+    corpus = retriever.corpus
     if question.benchmark == "ottqa":
         doc = question.meta.get("doc")
-        gold = {doc} if doc else {g for g in question.gold if retriever.corpus.modality(g) == Modality.TABLE.value}
+        gold = {doc} if doc else {g for g in question.gold if g in corpus and corpus.modality(g) == Modality.TABLE.value}
     else:
         gold = set(question.gold)
-    return {g for g in gold if g in retriever.corpus}
+    return gold if absent_is_miss else {g for g in gold if g in corpus}
 
 
 def recall_at(
-    retriever: BatchRetriever, questions: Sequence[Question], ks: Sequence[int] = KS, batch: int = 256
+    retriever: BatchRetriever,
+    questions: Sequence[Question],
+    ks: Sequence[int] = KS,
+    batch: int = 256,
+    absent_is_miss: bool = False,
 ) -> dict[str, float]:
-    """``recall@k`` (any target in top k) and ``recall_all@k`` (every target) for one benchmark's questions."""
+    """``recall@k`` (any target in top k) and ``recall_all@k`` (every target) for one benchmark's questions.
+
+    ``absent_is_miss``: gold items outside the corpus stay targets (``targets``); ``gold_absent`` then counts
+    the questions whose targets are all outside it (recall 0 for them at every k).
+    """
     kmax = max(ks)
-    scored = [(q, targets(q, retriever)) for q in questions]
+    scored = [(q, targets(q, retriever, absent_is_miss)) for q in questions]
     scored = [(q, t) for q, t in scored if t]
     hit_any = dict.fromkeys(ks, 0)
     hit_all = dict.fromkeys(ks, 0)
@@ -62,6 +76,8 @@ def recall_at(
     out.update({f"recall_all@{k}": hit_all[k] / n if n else float("nan") for k in ks})
     out["questions"] = float(n)
     out["skipped_no_gold"] = float(len(questions) - n)
+    if absent_is_miss:
+        out["gold_absent"] = float(sum(not any(g in retriever.corpus for g in t) for _, t in scored))
     return out
 
 
@@ -89,13 +105,16 @@ def evaluate_retrieval(
         encoder: the f0 encoder of a dense index (default: MiniLM); BM25 reads none.
         benchmarks: whose questions are asked (default: ``corpus_benchmarks``).
         corpus_benchmarks: whose items form the corpus (default: the four bundled benchmarks).
-        split, limit, ks: the questions (split, then the first ``limit``) and the cut-offs.
+        split: the questions (split, then the first ``limit``) and the cut-offs.
+        limit: see ``split``.
+        ks: see ``split``.
         cache_dir: the index cache (``builder``'s).
         out_dir: merges the metrics into ``out_dir/metrics.json`` (None: writes nothing).
         retriever: an index already built (``builder`` is then not called).
         builder: ``builder(encoder, corpus_benchmarks, cache_dir=..., **retriever_options)`` builds the index
             (``build_retriever``, ``build_bm25_retriever``, ``build_hybrid_retriever``).
-        **retriever_options: the builder's knobs; ``benchmark_options`` also reads the questions.
+        **retriever_options: the builder's knobs; ``benchmark_options`` also reads the questions; with
+            ``corpus`` (your own corpus file) a gold item the corpus lacks counts as a miss.
     """
     corpus_benchmarks = list(corpus_benchmarks or ("nq", "hotpotqa", "ottqa", "tatqa"))
     benchmarks = list(benchmarks or corpus_benchmarks)
@@ -114,8 +133,13 @@ def evaluate_retrieval(
         questions = split_questions(bench, split)
         if limit:
             questions = questions[: int(limit)]
-        for key, v in recall_at(retriever, questions, ks).items():
+        user_corpus = bool(retriever_options.get("corpus"))
+        for key, v in recall_at(retriever, questions, ks, absent_is_miss=user_corpus).items():
             metrics[f"retrieval/{name}/{key}"] = v
+        if metrics.get(f"retrieval/{name}/gold_absent"):
+            log.warning("%s: %d of %d questions have no gold item in corpus %s: counted as misses", name,
+                        metrics[f"retrieval/{name}/gold_absent"], metrics[f"retrieval/{name}/questions"],
+                        retriever_options.get("corpus"))  # fmt: skip
         log.info("%s: %s", name, {k: round(v, 3) for k, v in metrics.items() if k.startswith(f"retrieval/{name}/")})
     nq = retriever.stats["queries"] - q0
     metrics["retrieval/query_ms"] = 1000 * (retriever.stats["seconds"] - s0) / max(1, nq)

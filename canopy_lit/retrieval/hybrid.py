@@ -123,22 +123,35 @@ def build_hybrid_retriever(
     benchmark_options: Mapping[str, Mapping[str, Any]] | None = None,
     routing: bool = False,
     router: Any = None,
+    loaded: Mapping[str, Any] | None = None,
+    corpus: str | Path | None = None,
+    corpus_options: dict[str, Any] | None = None,
     **dense: Any,
 ) -> HybridRetriever:
     """Dense (``build_retriever``) + BM25 (``build_bm25_retriever``) over one corpus, fused by RRF.
 
     Args:
         encoder: ``NodeEncoder`` for the dense side.
-        benchmarks, cache_dir, benchmark_options: shared by both sides.
-        rrf_k, depth, weights: see ``HybridRetriever`` (weights keys: ``dense``, ``bm25``).
+        benchmarks: shared by both sides (one
+            corpus: the union of ``benchmarks``, or your own file at ``corpus``).
+        cache_dir: see ``benchmarks``.
+        benchmark_options: see ``benchmarks``.
+        loaded: see ``benchmarks``.
+        corpus: see ``benchmarks``.
+        corpus_options: see ``benchmarks``.
+        rrf_k: see ``HybridRetriever`` (weights keys: ``dense``, ``bm25``).
+        depth: see ``rrf_k``.
+        weights: see ``rrf_k``.
         bm25: ``build_bm25_retriever`` options (k1, b, method, stemmer, stopwords, n_threads).
-        routing, router: route each query to the modalities ``router`` picks, on both sides (one
+        routing: route each query to the modalities ``router`` picks, on both sides (one
             decision per query, ``SharedRoute``): a side left unrouted would fuse other modalities back in.
+        router: see ``routing``.
         **dense: the remaining ``build_retriever`` options (index, index_options, ...).
     """
     if routing and router is None:
         raise ValueError("retrieval.routing=true needs a router (the LLM layer's ModalityRouter)")
     shared = {"benchmarks": benchmarks, "cache_dir": cache_dir, "benchmark_options": benchmark_options,
+              "loaded": loaded, "corpus": corpus, "corpus_options": corpus_options,
               "routing": routing, "router": SharedRoute(router) if routing else None}  # fmt: skip
     sides = {
         "dense": build_retriever(encoder, **shared, **dense),

@@ -24,6 +24,9 @@ Fresh vectors are rounded through ``dtype`` before use, so a score is bit-identi
 node came from the encoder, memory or disk (refinement compares child >= parent: a 1e-3 float16
 wobble could flip a decision between a cold and a warm run).
 
+With a late-chunking encoder (``encoder.node_pooling=late``: its fingerprint says ``nodes=late``, so such
+vectors have their own store) a miss encodes the node's whole item once and stores every node of that tree.
+
 Online compression is then lookup + dot product; ``precompute`` fills the disk tier for a corpus.
 """
 
@@ -94,6 +97,19 @@ def item_digest(item: Item) -> str:
     if media is not None:
         h.update(b"\0" + _media_hash(media).encode())
     return h.hexdigest()
+
+
+def is_late(encoder: Any) -> bool:
+    """Whether ``encoder`` embeds nodes by late chunking (``node_pooling`` late or late_region)."""
+    return getattr(encoder, "node_pooling", "node") in {"late", "late_region"}
+
+
+def late_embed_trees(encoder: Any, hierarchy: Hierarchy, trees: Sequence[Tree]) -> list[np.ndarray]:
+    """(num_nodes, D) float32 late-chunked embeddings of every node of each tree: one item forward each."""
+    if not trees:
+        return []
+    embs = encoder.encode_spans([hierarchy.node_spans(t) for t in trees])
+    return [np.asarray(e.detach().cpu().float().numpy() if hasattr(e, "detach") else e, np.float32) for e in embs]
 
 
 class CorruptNodeCache(Exception):
@@ -430,19 +446,38 @@ class NodeEmbeddingCache:
             for t, ids, keys in zip(trees, ids_per_tree, keys_per_tree, strict=True):
                 for node_id, key in zip(ids, keys, strict=True):
                     where.setdefault(key, (t, int(node_id)))
-            inputs = [self.hierarchy.node_input(*where[k]) for k in misses]
-            emb = self.encoder.encode_nodes(inputs, batch_size=self.batch_size)
-            emb = np.asarray(
-                emb.detach().cpu().float().numpy() if hasattr(emb, "detach") else emb, np.float32
-            )
+            if is_late(self.encoder):
+                # One forward per item with a miss; every node of its tree comes out of it, so all are stored.
+                owners: dict[tuple[str, str], Tree] = {}
+                for k in misses:
+                    owners.setdefault((k[0], k[1]), where[k][0])
+                late_trees = list(owners.values())
+                misses = [
+                    (t.item.id, d, int(a), int(b))
+                    for (_, d), t in zip(owners, late_trees, strict=True)
+                    for a, b in zip(t.starts, t.ends, strict=True)
+                ]
+                misses = list(dict.fromkeys(misses))
+                per_tree = late_embed_trees(self.encoder, self.hierarchy, late_trees)
+                rows = {
+                    (t.item.id, d, int(a), int(b)): v
+                    for (_, d), t, e in zip(owners, late_trees, per_tree, strict=True)
+                    for a, b, v in zip(t.starts, t.ends, e, strict=True)
+                }
+                emb = np.stack([rows[k] for k in misses])
+                cuts = [False] * len(misses)  # long items are read in overlapping windows, never cut
+            else:
+                inputs = [self.hierarchy.node_input(*where[k]) for k in misses]
+                emb = self.encoder.encode_nodes(inputs, batch_size=self.batch_size)
+                emb = np.asarray(emb.detach().cpu().float().numpy() if hasattr(emb, "detach") else emb, np.float32)
+                truncated = getattr(self.encoder, "truncated", None)  # encoders that cannot tell: never cut
+                cuts = truncated(inputs) if truncated is not None else [False] * len(misses)
             if emb.shape != (len(misses), self.encoder.dim):  # never store what could not be read back
                 raise ValueError(
                     f"encoder {self.encoder.fingerprint} returned {emb.shape} for {len(misses)} nodes, "
                     f"expected dim {self.encoder.dim}"
                 )
             emb = emb.astype(self.dtype).astype(np.float32)
-            truncated = getattr(self.encoder, "truncated", None)  # encoders that cannot tell: never cut
-            cuts = truncated(inputs) if truncated is not None else [False] * len(misses)
             new = {key: (v, bool(c)) for key, v, c in zip(misses, emb, cuts, strict=True)}
             self._disk_put(fp, new)
             for key, entry in new.items():

@@ -1,7 +1,7 @@
 """The retrieval stage: query -> top-k items of the unified corpus (METHOD.md §1.1 step 1).
 
 ``build_retriever`` wires the parts and caches every expensive one by content: the corpus JSONL
-(by benchmark names), the f0 embeddings (by encoder fingerprint + corpus digest, resumable shards)
+(by its sources' content: files, options, items), the f0 embeddings (by encoder fingerprint + corpus digest, resumable shards)
 and the FAISS index (by embeddings + index settings).
 """
 
@@ -32,8 +32,9 @@ from canopy_lit.retrieval.base import (  # noqa: F401  (re-exported: the stage i
     rows_by_route,
 )
 from canopy_lit.retrieval.corpus import CorpusStore
-from canopy_lit.retrieval.encode import encode_corpus, f0_fingerprint, load_shards
+from canopy_lit.retrieval.encode import encode_corpus, f0_fingerprint
 from canopy_lit.retrieval.index import FaissIndex
+from canopy_lit.retrieval.user_corpus import open_corpus
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,9 @@ def build_retriever(
     shard_size: int = 4096,
     benchmark_options: dict[str, dict[str, Any]] | None = None,
     trainer_kwargs: dict[str, Any] | None = None,
+    loaded: Mapping[str, Any] | None = None,
+    corpus: str | Path | None = None,
+    corpus_options: dict[str, Any] | None = None,
 ) -> FaissRetriever:
     """Corpus of ``benchmarks`` -> f0 embeddings -> FAISS index -> retriever, each step cached under ``cache_dir``.
 
@@ -120,11 +124,25 @@ def build_retriever(
         benchmarks: the corpus is the union of their items.
         cache_dir: root of ``corpus-*.jsonl``, ``emb-*/`` shard folders and ``index-*/`` folders
             (default ``$CANOPY_LIT_HOME/retrieval``, see ``canopy_lit.assets.default_cache_dir``).
-        index, index_options: ``FaissIndex`` kind and keyword options (nlist, pq_m, nprobe, gpu ...).
+        index: ``FaissIndex`` kind and keyword options (nlist, pq_m, nprobe, gpu ...).
+        index_options: see ``index``.
         partition_by_modality: one sub-index per modality (needed for routing; exact either way).
-        routing, router: route queries to modality sub-indexes with ``router`` (e.g. an
+        routing: route queries to modality sub-indexes with ``router`` (e.g. an
             ``LLMModalityRouter``); ``routing=True`` without a router raises.
-        batch_size, shard_size, trainer_kwargs: corpus encoding (``encode_corpus``).
+        router: see ``routing``.
+        batch_size: corpus encoding (``encode_corpus``).
+        shard_size: see ``batch_size``.
+        trainer_kwargs: see ``batch_size``.
+        benchmark_options: per-benchmark ``load_benchmark`` options (``path``: a file other than the bundled one).
+        loaded: benchmarks already read, by name, whose items stand in for that name's entry (the run's
+            ``data=X data.path=P``: ``pipeline.retrievers.corpus_retriever``).
+        corpus: your own corpus file or dataset folder in place of the union of ``benchmarks``
+            (``retrieval.corpus``; None = the union), with ``media_root`` / ``allow_outside_media_root``
+            (``retrieval.user_corpus.open_corpus``; keyed on the file's content the same way).
+        corpus_options: see ``corpus``.
+
+    The corpus JSONL is keyed by its sources' content (``CorpusStore.from_benchmarks``), the embeddings and
+    the index by the JSONL's bytes, so another source file never reuses what an earlier one built.
     """
     if routing and router is None:
         raise ValueError("retrieval.routing=true needs a router (the LLM layer's ModalityRouter)")
@@ -132,9 +150,7 @@ def build_retriever(
         raise ValueError("retrieval.routing=true needs partition_by_modality=true")
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir("retrieval")
     names = [b.lower() for b in benchmarks]
-    corpus = CorpusStore.from_benchmarks(
-        names, cache / f"corpus-{_slug(names, benchmark_options)}.jsonl", options=benchmark_options
-    )
+    corpus = open_corpus(names, cache, corpus, corpus_options, benchmark_options=benchmark_options, loaded=loaded)
     digest = corpus.digest()
     # encode_corpus renders items with the default hierarchy: its renderer is part of what the vectors are
     fp = f0_fingerprint(encoder) + f"|{Hierarchy().fingerprint}"
@@ -147,9 +163,8 @@ def build_retriever(
     idx_dir = cache / f"index-{_slug(fp, digest, index, opts, partition_by_modality)}"
     if (idx_dir / "meta.json").exists():
         faiss_index = FaissIndex.load(idx_dir, gpu=gpu, **{k_: v for k_, v in opts.items() if k_ in ("nprobe", "search_batch")})
-    else:
-        ids, vectors = load_shards(emb_dir, order=corpus.ids)
-        groups = corpus.modalities.tolist() if partition_by_modality else None
-        faiss_index = FaissIndex.build(ids, vectors, groups=groups, kind=index, gpu=gpu, **opts)
-        faiss_index.save(idx_dir)
+    else:  # streamed from the shards on disk: the (N, D) float32 matrix is never in memory
+        groups = corpus.modalities if partition_by_modality else None
+        faiss_index = FaissIndex.build_from_shards(emb_dir, corpus.ids, idx_dir, groups=groups, id_rows=corpus.rows,
+                                                   kind=index, gpu=gpu, **opts)  # fmt: skip
     return FaissRetriever(faiss_index, corpus, encoder, router=router if routing else None)

@@ -22,7 +22,7 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,14 @@ def normalize_epoch_end(checkpoint: dict[str, Any]) -> bool:
     return True
 
 
+class Disabled(L.Callback):
+    """A default callback switched off by a preset (``debug=fdr``): takes the settings it replaces, so
+    ``callbacks.<name>.<key>=...`` still composes, and does nothing."""
+
+    def __init__(self, **settings: Any) -> None:
+        self.settings = settings
+
+
 class ResumableCheckpoint(L.Callback):
     """Writes ``<dirpath>/last.ckpt`` every ``every_n_train_steps`` steps, at each epoch end, at the end
     of fit and on SIGTERM (then Lightning stops); makes ``ckpt_path=last`` resume exactly (module doc).
@@ -121,6 +129,7 @@ class ResumableCheckpoint(L.Callback):
         self.reseed = reseed
         self.filename = filename
         self._saved_step: int | None = None
+        self._pending_step: int | None = None
         self._resumed_from: str | None = None
         self._normalized = False
         self._reseeded_epoch = -1
@@ -145,7 +154,22 @@ class ResumableCheckpoint(L.Callback):
             self._save(trainer, "SIGTERM")
             log.warning("SIGTERM: saved %s at global step %d; resume with ckpt_path=last", self.path, trainer.global_step)
         elif self.every_n_train_steps and trainer.global_step % self.every_n_train_steps == 0 and self._saved_step != trainer.global_step:
-            self._save(trainer, "periodic")
+            loop = trainer.fit_loop
+            if loop.epoch_loop._should_check_val_fx(loop._data_fetcher):
+                # This step validates next: a checkpoint from now would resume past that validation (Lightning
+                # skips it), so the best checkpoint it picks would be lost. Saved once the validation ended.
+                self._pending_step = trainer.global_step
+            else:
+                self._save(trainer, "periodic")
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._pending_step is None or self._pending_step != trainer.global_step or trainer.sanity_checking:
+            return
+        self._pending_step = None
+        for callback in trainer.checkpoint_callbacks:  # they save after every other callback: record the best first
+            if isinstance(callback, ModelCheckpoint):
+                callback.on_validation_end(trainer, pl_module)
+        self._save(trainer, "periodic, after the step's validation")
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Lightning calls ModelCheckpoint callbacks after every other one: those that save at epoch end record
@@ -226,4 +250,28 @@ class ResumableCheckpoint(L.Callback):
             torch.manual_seed(_seed(self.seed, 2, trainer.global_step))
 
 
-__all__ = ["ResumableCheckpoint", "normalize_epoch_end"]
+def _steps_bar_total(trainer: L.Trainer) -> int | float:
+    """The training bar's total: this epoch's batches, or fewer when ``max_steps`` ends the run inside it.
+
+    One optimizer step per batch (times ``accumulate_grad_batches``), so a run of ``max_steps=80`` over an
+    epoch of 425 batches shows ``n/80``, not ``n/425``; the bar's position is the batch index within the
+    epoch, so a resumed run continues on the same scale.
+    """
+    batches = trainer.num_training_batches
+    max_steps = trainer.max_steps
+    if max_steps is None or max_steps < 0 or batches == float("inf"):
+        return batches
+    accumulate = max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1))
+    done_before_epoch = trainer.current_epoch * int(batches)
+    return max(0, min(int(batches), max_steps * accumulate - done_before_epoch))
+
+
+class StepsRichProgressBar(RichProgressBar):
+    """Lightning's rich bar with the training total capped at the run's real number of steps."""
+
+    @property
+    def total_train_batches(self) -> int | float:
+        return _steps_bar_total(self.trainer)
+
+
+__all__ = ["Disabled", "ResumableCheckpoint", "StepsRichProgressBar", "normalize_epoch_end"]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from canopy_lit.data.splits import adapter_split, record_adapter_split
 from canopy_lit.encoders import load_encoder
 
 PREFIX = "encoder.model."  # NodeEncoderModule.encoder.model: the peft model in the module's state_dict
@@ -43,6 +44,9 @@ def export_adapter(template: Path, ckpt: Path, out: Path, backbone: str = "minil
             raise ValueError(f"{ckpt}: {name} has shape {list(value.shape)}, adapter {template} {list(params[name].shape)}")
     encoder.model.load_state_dict(lora, strict=False)
     encoder.save_adapter(out)
+    split = adapter_split(template)  # same run, same training split: evaluate.py checks data.seed against it
+    if split is not None:
+        record_adapter_split(out, split)
     return int(state.get("global_step", -1))
 
 

@@ -11,11 +11,13 @@ import lightning as L
 import torch
 from torch import nn
 
+from canopy_lit.data.batch import PreferenceBatch
 from canopy_lit.encoders.base import NodeEncoder
 from canopy_lit.supervision import PairKind
-from canopy_lit.training.batch import PreferenceBatch
 from canopy_lit.training.losses import pair_costs, pairwise_ranking_loss
 from canopy_lit.training.metrics import DecisionAccuracy
+
+TEST_SCORERS = ("ftheta", "f0")
 
 
 class NodeEncoderModule(L.LightningModule):
@@ -49,7 +51,16 @@ class NodeEncoderModule(L.LightningModule):
             gold over it too, so these pairs also guard recall, without asking children to beat parents.
         backbone_dropout: keep the backbone's own dropout active while training (False = only LoRA dropout).
         chunk_size: node texts per length-sorted forward chunk (less padding, same result).
+        activation_checkpointing: recompute each backbone layer's activations in the backward pass instead
+            of keeping them (:func:`enable_activation_checkpointing`): the same losses and gradients, bit for
+            bit, for one more forward per step. A training step otherwise holds every layer's attention maps
+            of all its nodes at once (B x heads x L x L floats per chunk: ~2.7 GB for 16 MiniLM nodes of 512
+            tokens), the peak of a CPU run.
         benchmarks: names for per-benchmark metrics (default: taken from the datamodule).
+        test_scorers: what the test pass scores, a subset of ``ftheta`` (keys ``test/<metric>``) and ``f0``
+            (``test/<metric>_f0``). Each is one forward over every test node: a script that measures f0
+            elsewhere (``train.py train=false model.test_scorers=[f0]``, as scripts/quickstart.sh does beside
+            training) tests ``[ftheta]`` only and halves the pass.
     """
 
     def __init__(
@@ -73,7 +84,9 @@ class NodeEncoderModule(L.LightningModule):
         gold_sibling_weight: float = 1.0,
         backbone_dropout: bool = True,
         chunk_size: int = 16,
+        activation_checkpointing: bool = False,
         benchmarks: Sequence[str] | None = None,
+        test_scorers: Sequence[str] = ("ftheta", "f0"),
     ) -> None:
         super().__init__()
         # Plain lists (not OmegaConf ListConfig) so checkpoints load with torch.load(weights_only=True).
@@ -81,6 +94,9 @@ class NodeEncoderModule(L.LightningModule):
         lora_target_modules = [str(m) for m in lora_target_modules] if lora_target_modules is not None else None
         lora_layers = [int(i) for i in lora_layers] if lora_layers is not None else None
         benchmarks = [str(b) for b in benchmarks] if benchmarks else None
+        test_scorers = [str(t) for t in test_scorers]
+        if not test_scorers or set(test_scorers) - set(TEST_SCORERS):
+            raise ValueError(f"model.test_scorers must be a non-empty subset of {list(TEST_SCORERS)}, got {test_scorers}")
         self.save_hyperparameters(ignore=["encoder"])
         self.hparams["encoder_name"] = encoder.name
         if stop_weight <= 0 or margin < 0:
@@ -95,6 +111,8 @@ class NodeEncoderModule(L.LightningModule):
         if not encoder.has_adapter:
             encoder.add_adapter(lora_r, lora_alpha, lora_dropout, lora_target_modules, lora_layers)
         self.assert_only_lora_trainable()
+        if activation_checkpointing:
+            enable_activation_checkpointing(encoder.model)
         # Only adapter weights go into checkpoints, so loading must tolerate the missing backbone keys.
         self.strict_loading = False
         self._query_cache: dict[str, torch.Tensor] = {}  # f0 never changes: encode each question once
@@ -275,14 +293,20 @@ class NodeEncoderModule(L.LightningModule):
         self.log_dict({**res, **self.f0_results}, sync_dist=True)
 
     def test_step(self, batch: PreferenceBatch, batch_idx: int) -> None:
-        self._update(self.test_acc, batch, f0=False)
-        self._update(self.test_acc_f0, batch, f0=True)
+        if "ftheta" in self.hparams.test_scorers:
+            self._update(self.test_acc, batch, f0=False)
+        if "f0" in self.hparams.test_scorers:
+            self._update(self.test_acc_f0, batch, f0=True)
 
     def on_test_epoch_end(self) -> None:
-        res = {f"test/{k}": float(v) for k, v in self.test_acc.compute().items()}
-        res |= {f"test/{k}_f0": float(v) for k, v in self.test_acc_f0.compute().items()}
+        res: dict[str, float] = {}
+        if "ftheta" in self.hparams.test_scorers:
+            res |= {f"test/{k}": float(v) for k, v in self.test_acc.compute().items()}
+        if "f0" in self.hparams.test_scorers:
+            res |= {f"test/{k}_f0": float(v) for k, v in self.test_acc_f0.compute().items()}
         # counts() syncs like compute(): every rank calls it and gets the totals over all ranks.
-        res |= {f"test/{k}": float(v) for k, v in self.test_acc.counts().items()}
+        counted = self.test_acc if "ftheta" in self.hparams.test_scorers else self.test_acc_f0
+        res |= {f"test/{k}": float(v) for k, v in counted.counts().items()}
         self.test_acc.reset()
         self.test_acc_f0.reset()
         self._eval_cache = {}
@@ -295,9 +319,44 @@ class NodeEncoderModule(L.LightningModule):
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
         checkpoint["f0_results"] = self.f0_results
         checkpoint["encoder_fingerprint"] = self.encoder.fingerprint
+        # A question's f0 embedding depends (in the last bits) on the batch it was first encoded in: a resume
+        # reuses these rather than re-encoding them in other batches, so it continues bit for bit.
+        texts = list(self._query_cache)
+        checkpoint["query_cache"] = {
+            "texts": texts,
+            "embeddings": torch.stack([self._query_cache[t] for t in texts]).cpu() if texts else torch.empty(0, device="cpu"),
+        }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.f0_results = dict(checkpoint.get("f0_results") or {})
+        cache = checkpoint.get("query_cache") or {}
+        for text, emb in zip(cache.get("texts", []), cache.get("embeddings", []), strict=True):
+            self._query_cache.setdefault(text, emb.to(self.device))  # a cached value never changes
+
+
+def enable_activation_checkpointing(model: nn.Module) -> None:
+    """Per-layer activation checkpointing of a (peft-wrapped) transformers backbone, non-reentrant.
+
+    Only a layer's input is kept in the forward; its activations are recomputed when the backward reaches
+    it, with the forward's RNG state (``torch.utils.checkpoint``), so dropout masks and every number stay
+    those of a plain step. Applies in training mode with gradients on only: f0 queries and evaluation
+    (``no_grad``) run as before.
+
+    Raises:
+        ValueError: the backbone has no transformers activation checkpointing.
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if not getattr(base, "supports_gradient_checkpointing", False):
+        raise ValueError(f"model.activation_checkpointing: {type(base).__name__} does not support it; set it to false")
+    enable = getattr(base, "activation_checkpointing_enable", None)  # transformers >= 5.25
+    if enable is not None:
+        enable({"use_reentrant": False})
+    else:
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    # transformers also makes the embedding output require grad, which only reentrant checkpoints need:
+    # without it the backward stops at the first layer, as in a plain step.
+    if hasattr(base, "disable_input_require_grads") and hasattr(base, "_require_grads_hook"):
+        base.disable_input_require_grads()
 
 
 def _tokens(tokens: dict[str, torch.Tensor] | None, name: str) -> dict[str, torch.Tensor]:

@@ -20,7 +20,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -257,7 +257,7 @@ class FrameDescriber:
             raise ValueError(f"item {item.id!r}: describe_item takes image items, got {item.modality.value}")
         return self(Frame(item.image))
 
-    def describe_tree(self, tree: Tree, frames_of) -> dict[Frame, str]:
+    def describe_tree(self, tree: Tree, frames_of: Callable[[Tree, int], list[Frame]]) -> dict[Frame, str]:
         """Describe every frame any node of ``tree`` samples, in one batched pass.
 
         Args:

@@ -64,7 +64,10 @@ class VisualTokenCounter:
     Args:
         processor: the reader's transformers processor or image processor (optional).
         tokens_per_frame: a fixed per-frame figure; wins over everything else when set.
-        patch_size, merge_size, min_pixels, max_pixels: the fallback Qwen-VL rule's geometry.
+        patch_size: the fallback Qwen-VL rule's geometry.
+        merge_size: see ``patch_size``.
+        min_pixels: see ``patch_size``.
+        max_pixels: see ``patch_size``.
     """
 
     def __init__(

@@ -147,8 +147,9 @@ def _timed(cmd: list[str]) -> tuple[subprocess.CompletedProcess[str], float]:
 
 
 def test_evaluate_process_reports_every_bad_key_before_any_work(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
     out, seconds = _timed(script_cmd(
-        "evaluate.py", tmp_path, *EVAL_QUICK, "method=no_retrieval", "loop.max_rounds=1", "judge.enabled=maybe",
+        "evaluate.py", run_dir, *EVAL_QUICK, "method=no_retrieval", "loop.max_rounds=1", "judge.enabled=maybe",
         "+judge.max_token=8", "loop.batched=no_thanks", "loop.max_batch=-1", "data.split=nonsense",
         "encoder.adapter_scale=abc", "+encoder.max_seq_len=128", "retrieval=ivfpq", "retrieval.index_options.pq_m=50",
     ))  # fmt: skip
@@ -167,7 +168,30 @@ def test_evaluate_process_reports_every_bad_key_before_any_work(tmp_path: Path) 
     ])  # fmt: skip
     assert "Traceback" not in out.stderr + out.stdout
     assert seconds < PROCESS_SECONDS, f"{seconds:.0f} s"
-    assert records(tmp_path) == [] and not (tmp_path / "metrics.json").exists()
+    assert not run_dir.exists()  # nothing ran: the folder Hydra made at start (.hydra/, the log) is gone too
+
+
+@pytest.mark.parametrize(
+    ("script", "override", "line"),
+    [
+        ("evaluate.py", "data.nmae=x",
+         "evaluate.py: error: unknown config key data.nmae (did you mean data.name?); a new key is added as +data.nmae=..."),
+        ("evaluate.py", "loop.max_round=2", "evaluate.py: error: unknown config key loop.max_round "
+                                             "(did you mean loop.max_rounds?); a new key is added as +loop.max_round=..."),
+        ("evaluate.py", "data=hotpotq", "evaluate.py: error: data=hotpotq: no such option of group data (did you mean "
+                                         "hotpotqa?); its options: custom, hotpotqa, lvbench, mmqa, nq, ottqa, tatqa, vragbench"),
+        ("train.py", "model.lrr=1", "error: unknown config key model.lrr (did you mean model.lr?); a new key is added "
+                                     "as +model.lrr=..."),
+    ],
+)  # fmt: skip
+def test_a_mistyped_key_or_option_without_plus_is_one_line_and_exit_2(tmp_path: Path, script: str, override: str,
+                                                                      line: str) -> None:  # fmt: skip
+    """Was: Hydra's multi-line composition error ("Could not override ... Key 'nmae' is not in struct ...
+    Set the environment variable HYDRA_FULL_ERROR=1"), exit 1."""
+    argv = [sys.executable, str(ROOT / script), f"hydra.run.dir={tmp_path / 'run'}", override]  # train.py has no progress key
+    out, seconds = _timed(argv)
+    assert (out.returncode, out.stderr.strip().splitlines()) == (2, [line]), out.stderr[-2000:]
+    assert seconds < PROCESS_SECONDS and not (tmp_path / "run").exists()
 
 
 def test_train_process_reports_every_bad_key_before_the_model_loads(tmp_path: Path) -> None:

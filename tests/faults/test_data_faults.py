@@ -64,6 +64,7 @@ def test_skipped_gold_and_records_are_reported_on_stderr_and_in_metrics(tmp_path
     assert f"hotpotqa ({data}): skipped 1 x malformed" in out.stderr
     m = metrics(run_dir)
     assert m["data/skipped/gold_sentence_out_of_range"] == 1.0 and m["data/skipped/malformed"] == 1.0
+    assert f"run dir {run_dir} (" in (run_dir / "evaluate.log").read_text()  # said last, as train.py does
     assert m["probe/n_questions"] == 2.0
     # the per-question counts behind a paired bootstrap: one row per probed question, nothing for skipped ones
     rows = [json.loads(line) for line in (run_dir / "probe_questions.jsonl").read_text().splitlines()]
@@ -110,7 +111,7 @@ def test_split_without_questions_is_an_error_naming_the_file(tmp_path: Path) -> 
             json.dumps([{"_id": "q1", "question": "Q?", "context": "oops"}]),
             "{path}, record 0 (id 'q1'): TypeError: field 'context' is a str, expected list or dict",
         ),
-        (b'[{"_id": "q1", "question": "caf\xe9?", "context": []}]', "{path}, record 0: not UTF-8 text"),
+        (b'[{"_id": "q1", "question": "caf\xe9?", "context": []}]', "{path}, line 1: not UTF-8 text"),
     ],
     ids=["missing_file", "truncated_json", "wrong_schema", "not_utf8"],
 )

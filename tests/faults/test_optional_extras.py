@@ -80,7 +80,7 @@ def test_train_without_the_wandb_extra_stops_before_the_model_loads(tmp_path: Pa
                            "debug=fdr", "test=false", "logger=wandb"])  # fmt: skip
     assert out.returncode == 2, out.stderr[-3000:]
     assert out.stderr.strip().splitlines() == [
-        "error: logger.wandb: lightning.pytorch.loggers.WandbLogger needs the wandb package, not installed: "
+        "error: logger.wandb: canopy_lit.loggers.WandbLogger needs the wandb package, not installed: "
         "pip install 'canopy-lit[wandb]' (or logger=csv)"
     ]
     assert "encoder <" not in out.stdout + out.stderr  # train.py logs it just before loading the encoder

@@ -230,10 +230,11 @@ def test_disk_full_mid_run_is_one_line_then_the_resume_completes(tmp_path: Path)
         assert out.status == 1, out.stderr[-3000:]
         assert "Traceback" not in out.stderr and "Logging error" not in out.stderr, out.stderr[-3000:]
         [line] = error_lines(out.stderr)
-        assert line == (
-            f"evaluate.py: error: {preds}: No space left on device; "
-            "free space and rerun the same command to resume (finished questions are kept)"
-        )
+        # the first write after the disk filled names its file: the next record, or the run folder's record of
+        # the reader cap lowered to SmolLM2's context (rewritten once the loop is built)
+        written = {preds, run_dir / "run.json", run_dir / "settings.json"}
+        assert any(line == f"evaluate.py: error: {f}: No space left on device; free space and rerun the same "
+                           "command to resume (finished questions are kept)" for f in written), line  # fmt: skip
         assert preds.read_bytes() == kept  # the finished record kept, no part of the failed one
 
         filled[0].unlink()

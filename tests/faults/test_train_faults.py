@@ -137,8 +137,11 @@ def test_sigterm_between_fit_and_test_stops_before_testing(tmp_path: Path) -> No
 
 
 def test_resume_on_other_data_is_refused(run_copy: Path) -> None:
-    """The finished run's last.ckpt has max_epochs reached: a resume on another mix used to train 0 steps and
-    overwrite adapter/ and metrics.json under the new config (every other setting: tests/unit)."""
+    """A resume on another mix used to train 0 steps from last.ckpt (max_epochs reached) and overwrite adapter/
+    and metrics.json under the new config (every other setting: tests/unit). A finished run (metrics.json) is
+    now left as it is by any resume (test_resuming_a_finished_run_says_so_and_changes_nothing); without metrics.json (stopped during its test) the
+    checkpoint's data fingerprint refuses the other mix."""
+    (run_copy / "metrics.json").unlink()
     before = _snapshot(run_copy)
     proc = _train(run_copy, "ckpt_path=last", "datamodule.benchmarks=[hotpotqa,nq]")
     assert proc.returncode == 2, proc.out[-3000:]
@@ -180,6 +183,7 @@ def _read_only(*folders: Path) -> None:
 
 def test_read_only_run_folder_is_one_line_and_changes_nothing(run_copy: Path) -> None:
     prefix = _unprivileged()
+    (run_copy / "metrics.json").unlink()  # a run with work left: a finished one is left as it is (exit 0)
     before = _snapshot(run_copy)
     _read_only(*(p for p in [run_copy, *run_copy.rglob("*")] if p.is_dir()))
     proc = _train(run_copy, "ckpt_path=last", prefix=prefix)
@@ -195,7 +199,9 @@ def test_read_only_run_folder_is_one_line_and_changes_nothing(run_copy: Path) ->
 def test_read_only_checkpoints_or_parent_folder_is_one_line(run_copy: Path, tmp_path: Path) -> None:
     prefix = _unprivileged()
     # Only checkpoints/ read-only, a resume for one more epoch: refused before training (it used to train,
-    # then fail at the first checkpoint save with a traceback).
+    # then fail at the first checkpoint save with a traceback). A run with work left: a finished one is left
+    # as it is (exit 0).
+    (run_copy / "metrics.json").unlink()
     _read_only(run_copy / "checkpoints")
     proc = _train(run_copy, "ckpt_path=last", "trainer.max_epochs=2", prefix=prefix)
     assert proc.returncode == 1, proc.out[-3000:]
@@ -211,3 +217,59 @@ def test_read_only_checkpoints_or_parent_folder_is_one_line(run_copy: Path, tmp_
     assert _errors(proc) and f"run folder {parent / 'run'} cannot be created: {parent} is not writable" in _errors(proc)[0]
     assert "Traceback" not in proc.out and not any(parent.iterdir())
     parent.chmod(0o755)
+
+
+# ------------------------------------------------------------------------------ a finished run (issue 44.18)
+
+
+@pytest.mark.parametrize("debug", ["limit", "fdr"])
+def test_resuming_a_finished_run_says_so_and_changes_nothing(run_copy: Path, debug: str) -> None:
+    before = _snapshot(run_copy)
+    proc = _train(run_copy, "ckpt_path=last", f"debug={debug}")
+    assert proc.returncode == 0, proc.out[-3000:]
+    assert f"{run_copy} holds a finished run (metrics.json, global step 3): nothing to resume" in proc.stderr
+    assert _snapshot(run_copy) == before  # metrics.json, adapter/, checkpoints/, .hydra/ and the log untouched
+
+
+@pytest.mark.parametrize("debug", ["fdr", "smoke"])
+def test_a_debug_mode_never_writes_into_a_finished_run(run_copy: Path, debug: str) -> None:
+    before = _snapshot(run_copy)
+    proc = _train(run_copy, f"debug={debug}")  # a fresh debug run aimed at the finished folder
+    assert proc.returncode == 2, proc.out[-3000:]
+    assert _errors(proc) == [f"error: {run_copy} holds a finished run (metrics.json): debug={debug} does not write "
+                             "into it; choose another hydra.run.dir"]
+    assert "Traceback" not in proc.stderr and _snapshot(run_copy) == before
+
+
+def test_resume_force_reruns_the_test_and_keeps_every_key(run_copy: Path) -> None:
+    before = json.loads((run_copy / "metrics.json").read_text())
+    # debug=limit's settings spelled out: a debug mode never writes into a finished run, even with force
+    plain = [a for a in TINY if a != "debug=limit"] + [
+        "trainer.max_epochs=1", "trainer.limit_train_batches=3", "trainer.limit_val_batches=2",
+        "trainer.limit_test_batches=2", "trainer.log_every_n_steps=1", "trainer.val_check_interval=null",
+        "callbacks.last_checkpoint.every_n_train_steps=2",
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "train.py", *plain, f"hydra.run.dir={run_copy}", "ckpt_path=last", "resume=force"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc.out = proc.stdout + proc.stderr  # type: ignore[attr-defined]
+    assert proc.returncode == 0, proc.out[-3000:]
+    after = json.loads((run_copy / "metrics.json").read_text())
+    assert set(after) == set(before) and "val/best_decision_accuracy" in after  # the rerun alone gave fewer keys
+    assert after["val/best_decision_accuracy"] == before["val/best_decision_accuracy"]
+    assert after["test/decision_accuracy"] == before["test/decision_accuracy"]  # the same adapter tested again
+
+
+def test_train_false_measures_f0_alone_as_the_training_run_did(finished_run: Path, tmp_path: Path) -> None:
+    """``train=false model.test_scorers=[f0]`` (the quickstart's f0 half, beside training): no fit, no adapter,
+    only ``*_f0`` decision accuracies, and the same f0 numbers the training run's own test pass measured."""
+    run_dir = tmp_path / "f0"
+    proc = _train(run_dir, "train=false", "model.test_scorers=[f0]")
+    assert proc.returncode == 0, proc.out[-3000:]
+    assert not (run_dir / "adapter").exists() and not (run_dir / "checkpoints").exists()
+    alone = json.loads((run_dir / "metrics.json").read_text())
+    trained = json.loads((finished_run / "metrics.json").read_text())
+    accuracies = [k for k in alone if "decision_accuracy" in k]
+    assert accuracies and all(k.endswith("_f0") for k in accuracies), accuracies
+    assert {k: alone[k] for k in accuracies} == {k: trained[k] for k in accuracies}
+    assert "train/global_step" not in alone

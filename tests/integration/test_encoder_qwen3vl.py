@@ -79,7 +79,7 @@ def _tiny_random_weights_model(seed: int = 0):
     return Qwen3VLModel(cfg).eval(), tok
 
 
-def _tiny_processor(tok):
+def _tiny_processor(tok, max_pixels: int = 96 * 96):
     """A real ``Qwen3VLProcessor`` from parts, no download.
 
     transformers 5 requires a video processor object and type-checks it against
@@ -109,7 +109,7 @@ def _tiny_processor(tok):
         merge_size=MERGE,
         temporal_patch_size=TEMPORAL,
         min_pixels=32 * 32,
-        max_pixels=96 * 96,
+        max_pixels=max_pixels,
     )
     tok.chat_template = CHAT_TEMPLATE  # text-only nodes then share the visual nodes' prompt format
     return cls(
@@ -280,3 +280,28 @@ def test_random_weights_max_frames_per_node_thins_long_video_parents(media_dir, 
         uncapped.node_frames(root) == root.frames
         and uncapped.input_length(root) == len(root.text) + 10 * 10_000
     )
+
+
+def test_random_weights_fingerprint_names_image_resolution_and_dtype(media_dir) -> None:
+    """Node and corpus caches are keyed by ``fingerprint``: another ``max_pixels`` (other image patches) or
+    another dtype (other vectors) must not reuse the vectors of the first."""
+    from canopy_lit.pipeline.scoring import QuerySideEncoder
+    from canopy_lit.retrieval.encode import f0_fingerprint
+
+    model, tok = _tiny_random_weights_model()
+    base = Qwen3VLEncoder("tiny-random-qwen3vl", model=model, processor=_tiny_processor(tok))
+    node = _image_node(media_dir)
+    small = Qwen3VLEncoder("tiny-random-qwen3vl", model=model, processor=_tiny_processor(tok, max_pixels=32 * 32))
+    with torch.no_grad():  # the resolution is not cosmetic: the same image embeds differently
+        assert not torch.allclose(base.encode_nodes([node]), small.encode_nodes([node]))
+    half_model, half_tok = _tiny_random_weights_model()
+    half = Qwen3VLEncoder("tiny-random-qwen3vl", model=half_model.to(torch.bfloat16),
+                          processor=_tiny_processor(half_tok))  # fmt: skip
+    keys = {enc.fingerprint for enc in (base, small, half)}
+    assert len(keys) == 3
+    assert len({f0_fingerprint(enc) for enc in (base, small, half)}) == 3  # the corpus embeddings' key
+    assert len({QuerySideEncoder(enc).fingerprint for enc in (base, small, half)}) == 3
+    assert (base.max_pixels, small.max_pixels) == (96 * 96, 32 * 32)
+    assert (base.torch_dtype, half.torch_dtype) == ("float32", "bfloat16")
+    same = Qwen3VLEncoder("tiny-random-qwen3vl", model=_tiny_random_weights_model()[0], processor=_tiny_processor(tok))
+    assert same.fingerprint == base.fingerprint  # equal settings, equal key

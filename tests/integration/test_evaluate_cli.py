@@ -33,6 +33,8 @@ def smollm2() -> str:
         pytest.skip(f"smollm2-135m asset unavailable: {err}")
 
 
+# slow tier (-m slow, run by .ci/run after the default tier): ~30 s; tests/faults/test_resume_faults.py keeps a SIGKILL resume in the default tier
+@pytest.mark.slow
 def test_sigkill_mid_run_then_resume_records_each_question_exactly_once(tmp_path, smollm2) -> None:
     run_dir = tmp_path / "run"
     cmd = evaluate_cmd(run_dir, "method=no_retrieval", "llm=llamacpp_smollm2", "data=hotpotqa", "data.split=test", "limit=16")

@@ -97,7 +97,7 @@ def test_experiment_trainer_debug_matrix(experiment: str, debug: str | None) -> 
 
 
 def test_quickstart_validates_inside_its_step_budget() -> None:
-    """The quickstart's 150 steps are half an epoch: validation must run inside them on the key that the
+    """The quickstart's 80 steps are a fraction of an epoch: validation must run inside them on the key that the
     checkpoint monitor, the W&B sweep and Hydra's return value use."""
     import yaml
 
@@ -188,3 +188,25 @@ def test_quickstart_runs_into_tmp_path(tmp_path: Path) -> None:
         tmp_path,
     )
     train(cfg2)
+
+
+@pytest.mark.slow  # two real MiniLM runs, ~1 min (the slow tier, run by .ci/run)
+def test_debug_overfit_learns_its_batches_and_debug_profiler_reports(tmp_path: Path) -> None:
+    """``debug=overfit``: the loss on the same 2 batches falls and their decision accuracy rises; ``debug=profiler``:
+    the simple profiler's report lands in the run folder."""
+    import csv
+
+    from canopy_lit.train import run as train
+
+    tiny = ["experiment=quickstart", "datamodule.batch_size=4", "encoder.max_seq_length=64", *SMALL,
+            "callbacks.rich_progress_bar=null"]  # fmt: skip
+    train(_compose([*tiny, "debug=overfit", "trainer.max_epochs=10"], tmp_path / "overfit"))
+    rows = [r for f in (tmp_path / "overfit" / "csv").rglob("metrics.csv") for r in csv.DictReader(f.open())]
+    losses = [float(r["train/loss"]) for r in rows if r.get("train/loss")]
+    accs = [float(r["val/decision_accuracy"]) for r in rows if r.get("val/decision_accuracy")]
+    assert len(losses) >= 10 and sum(losses[-2:]) < 0.5 * sum(losses[:2]), losses
+    assert len(accs) == 2 and accs[-1] >= accs[0], accs
+
+    train(_compose([*tiny, "debug=profiler"], tmp_path / "profiler"))
+    report = next((tmp_path / "profiler").glob("fit-profile*.txt")).read_text()
+    assert "run_training_batch" in report and "optimizer_step" in report

@@ -61,6 +61,8 @@ def _last(run_dir: Path) -> dict:
     return torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
 
 
+# slow tier (-m slow, run by .ci/run after the default tier): four real training runs, ~60 s
+@pytest.mark.slow
 def test_killed_and_resumed_run_matches_uninterrupted(tmp_path: Path) -> None:
     ref_dir, run_dir = tmp_path / "uninterrupted", tmp_path / "killed"
     ref = _train(ref_dir)
@@ -115,3 +117,32 @@ def test_resume_last_without_checkpoint_says_so(tmp_path: Path, caplog: pytest.L
     assert "nothing to resume" in caplog.text and str(tmp_path / "checkpoints" / "last.ckpt") in caplog.text
     with pytest.raises(FileNotFoundError, match="ckpt_path=.*missing.ckpt"):
         _resolve_ckpt(str(tmp_path / "missing.ckpt"), tmp_path)
+
+
+# slow tier (-m slow, run by .ci/run after the default tier): three real training runs, ~40 s
+@pytest.mark.slow
+def test_resume_after_a_periodic_checkpoint_is_bit_identical(tmp_path: Path) -> None:
+    """last.ckpt at step 2, a step that also validates (and picks the best checkpoint), during LR warm-up;
+    SIGKILL at the start of step 3, resume: the same adapter bit for bit and one best checkpoint, as uninterrupted.
+    Before, the save came before the step's validation, which the resume then skipped (two "best" files with
+    save_top_k=1), and questions encoded before the kill were re-encoded in other batches (LoRA off by ~1e-8)."""
+    from safetensors.torch import load_file
+
+    extra = ["trainer.max_epochs=2", "trainer.val_check_interval=2", "model.warmup_ratio=0.5"]
+    ref_dir, run_dir = tmp_path / "uninterrupted", tmp_path / "killed"
+    ref = _train(ref_dir, *extra)
+    assert ref.returncode == 0, ref.out[-3000:]
+    first = _train(run_dir, *extra, *_kill_at(2, signal.SIGKILL))
+    assert first.returncode == -signal.SIGKILL, first.out[-3000:]
+    assert _last(run_dir)["global_step"] == 2
+    resumed = _train(run_dir, *extra, "ckpt_path=last")
+    assert resumed.returncode == 0, resumed.out[-3000:]
+
+    a, b = _last(ref_dir), _last(run_dir)
+    assert a["global_step"] == b["global_step"] == 6
+    assert a["state_dict"].keys() == b["state_dict"].keys() and a["state_dict"]
+    assert [k for k, v in a["state_dict"].items() if not torch.equal(v, b["state_dict"][k])] == []
+    wa, wb = (load_file(d / "adapter" / "adapter_model.safetensors") for d in (ref_dir, run_dir))
+    assert wa.keys() == wb.keys() and [k for k in wa if not torch.equal(wa[k], wb[k])] == []
+    names = [sorted(p.name for p in (d / "checkpoints").glob("*.ckpt")) for d in (ref_dir, run_dir)]
+    assert names[0] == names[1] and len(names[0]) == 2, names  # save_top_k=1: one best + last.ckpt

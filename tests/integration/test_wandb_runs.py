@@ -38,6 +38,8 @@ def _run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
     return out
 
 
+# slow tier (-m slow, run by .ci/run after the default tier): a real training run with W&B offline, ~20 s
+@pytest.mark.slow
 def test_train_logger_wandb_writes_an_offline_run(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     out = _run(
@@ -54,6 +56,7 @@ def test_train_logger_wandb_writes_an_offline_run(tmp_path: Path) -> None:
         no_key_env(tmp_path),
     )
     assert f"{OFFLINE_LINE}{run_dir}/wandb; upload later" in out.stdout
+    assert "anonymous setting has no effect" not in out.stdout + out.stderr  # Lightning's retired argument
     (run,) = offline_runs(run_dir)
     assert run.name.startswith("quickstart/") and "logger=wandb" in run.name and run.project == "canopy-lit"
     assert len(run.logged("val/decision_accuracy")) == 2  # debug=smoke validates at steps 2 and 4
@@ -76,6 +79,7 @@ def test_evaluate_logger_wandb_writes_an_offline_run(tmp_path: Path) -> None:
         no_key_env(tmp_path),
     )
     assert f"{OFFLINE_LINE}{run_dir}/wandb; upload later" in out.stdout
+    assert "anonymous setting has no effect" not in out.stdout + out.stderr  # Lightning's retired argument
     (run,) = offline_runs(run_dir)
     # named as training runs are (logger/wandb.yaml: the task, then the run's command-line overrides)
     assert (run.name, run.project, run.job_type) == (
@@ -112,7 +116,7 @@ def test_sweep_trial_started_as_the_agent_starts_it_logs_the_metric(monkeypatch,
 @pytest.mark.slow
 def test_optuna_search_runs_two_trials_each_its_own_wandb_run(tmp_path: Path) -> None:
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
-    _run(
+    out = _run(
         [
             sys.executable,
             "train.py",
@@ -127,6 +131,7 @@ def test_optuna_search_runs_two_trials_each_its_own_wandb_run(tmp_path: Path) ->
         ],
         no_key_env(tmp_path),
     )
+    assert "setup plugin" not in out.stdout + out.stderr  # alembic's INFO lines (the sweeper's storage)
     result = yaml.safe_load((tmp_path / "sweep" / "optimization_results.yaml").read_text())
     trials = [tmp_path / "sweep" / str(n) for n in range(2)]  # numbered trial folders
     best = [json.loads((t / "metrics.json").read_text())["val/best_decision_accuracy"] for t in trials]

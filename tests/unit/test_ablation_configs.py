@@ -10,11 +10,11 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-STUDIES = sorted(p.stem for p in (CONFIGS / "ablation").glob("*.yaml"))
+STUDIES = sorted(p.stem for p in (CONFIGS / "ablation").glob("[!_]*.yaml"))  # _base.yaml: shared keys, no study
 
 
 def sweep(study: str) -> dict[str, list[str]]:
-    hydra = yaml.safe_load((CONFIGS / "ablation" / f"{study}.yaml").read_text())["hydra"]
+    hydra = yaml.safe_load((CONFIGS / "ablation" / f"{study}.yaml").read_text()).get("hydra") or {}
     params = (hydra.get("sweeper") or {}).get("params") or {}  # none: its script passes each sweep's axes
     return {k: [v.strip() for v in str(vals).split(",")] for k, vals in params.items()}
 
@@ -25,6 +25,22 @@ def hydra_ctx():
     with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
         yield
     GlobalHydra.instance().clear()
+
+
+def test_every_study_takes_the_shared_keys_from_base_and_repeats_none() -> None:
+    """One copy of the adapter key, the sweep folder and the run-folder naming (configs/ablation/_base.yaml)."""
+    for study in STUDIES:
+        cfg = yaml.safe_load((CONFIGS / "ablation" / f"{study}.yaml").read_text())
+        assert cfg["defaults"][0] == "_base", f"{study}.yaml: `- _base` must come first in its defaults"
+        hydra = cfg.get("hydra") or {}
+        assert "job" not in hydra and "sweep" not in hydra and "adapter" not in cfg, f"{study}.yaml repeats _base"
+
+
+def test_base_names_run_folders_by_the_swept_overrides_only(hydra_ctx) -> None:
+    cfg = compose(config_name="evaluate", overrides=["+ablation=k", "adapter=/some/adapter"], return_hydra_config=True)
+    excluded = cfg.hydra.job.config.override_dirname.exclude_keys
+    assert {"adapter", "encoder.adapter", "limit", "hydra.sweep.dir"} <= set(excluded)
+    assert cfg.hydra.sweep.dir == "outputs/ablation/k" and cfg.encoder.adapter == "/some/adapter"
 
 
 def test_the_paper_studies_exist() -> None:

@@ -5,7 +5,8 @@ is checked on the real package and shown to fail on a small package written with
 - reports never import the pipeline, directly or through a chain of module-level imports;
 - only ``pipeline/build.py`` and ``train.py`` call Hydra's ``instantiate``;
 - the library imports nothing from ``experiments/`` or ``perf/`` (by module name or by a path inserted);
-- no import cycle among the package's modules at module level.
+- no import cycle among the package's modules at module level;
+- no cycle among its folders, imports inside functions included (entry points ``__main__.py`` aside).
 """
 
 from __future__ import annotations
@@ -197,21 +198,19 @@ def outside_code_imports(root: Path) -> list[str]:
     return out
 
 
-def import_cycles(root: Path) -> list[str]:
-    """Rule: the module-level import graph of the package has no cycle (strongly connected components, Tarjan)."""
-    modules = package_modules(root)
-    graph = {m: sorted(imported_modules(root, m, modules)) for m in modules}
+def _strong_components(graph: dict[str, list[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan), each sorted."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
     on_stack: set[str] = set()
-    cycles: list[str] = []
+    out: list[list[str]] = []
 
     def visit(v: str) -> None:
         index[v] = low[v] = len(index)
         stack.append(v)
         on_stack.add(v)
-        for w in graph[v]:
+        for w in graph.get(v, []):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -226,18 +225,67 @@ def import_cycles(root: Path) -> list[str]:
                 if w == v:
                     break
             if len(component) > 1:
-                cycles.append(" <-> ".join(sorted(component)))
+                out.append(sorted(component))
 
-    for m in graph:
+    for m in sorted(graph):
         if m not in index:
             visit(m)
-    return cycles
+    return out
+
+
+def import_cycles(root: Path) -> list[str]:
+    """Rule: the module-level import graph of the package has no cycle."""
+    modules = package_modules(root)
+    graph = {m: sorted(imported_modules(root, m, modules)) for m in modules}
+    return [" <-> ".join(c) for c in _strong_components(graph)]
+
+
+def every_import(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import of a module, inside functions too (they run on use), except ``if TYPE_CHECKING:`` ones."""
+    todo: list[ast.AST] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            todo.extend(node.orelse)
+        else:
+            todo.extend(ast.iter_child_nodes(node))
+
+
+def _unit(module: str) -> str:
+    """A module's folder: ``canopy_lit.eval.harness`` -> ``eval``; a top-level module is its own unit."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def folder_cycles(root: Path) -> list[str]:
+    """Rule: no cycle among the package's folders (and top-level modules), counting imports inside functions.
+
+    A file-level graph without cycles can still tie two folders together (``pipeline/build.py`` importing
+    ``carve`` while ``carve/pipeline.py`` imported ``pipeline.build``), so neither can be read, tested or
+    moved without the other. Entry points (a package's ``__main__.py``) are programs, like ``evaluate.py``:
+    they may import from any folder, and their imports are left out.
+    """
+    modules = package_modules(root)
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        if path.name == "__main__.py" or not _unit(module):
+            continue
+        is_package = path.name == "__init__.py"
+        for node in every_import(_parse(path)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [_absolute(module, is_package, node)]
+            for name in names:
+                if name.startswith(PACKAGE + ".") and _unit(name) != _unit(module):
+                    graph.setdefault(_unit(module), set()).add(_unit(name))
+    return [" <-> ".join(c) for c in _strong_components({k: sorted(v) for k, v in graph.items()})]
 
 
 RULES = {"reports never import the pipeline": reports_import_pipeline,
          "only build.py and train.py instantiate": instantiate_calls,
          "nothing from experiments/ or perf/": outside_code_imports,
-         "no import cycle": import_cycles}  # fmt: skip
+         "no import cycle": import_cycles,
+         "no cycle among folders": folder_cycles}  # fmt: skip
 
 
 @pytest.mark.parametrize("rule", RULES, ids=list(RULES))
@@ -285,6 +333,13 @@ VIOLATIONS = {
         {"eval/metrics.py": "from canopy_lit.pipeline.loop import X\n",
          "pipeline/loop.py": "from . import build\n", "pipeline/build.py": "from ..eval import metrics\n"},
     ],
+    "no cycle among folders": [
+        # acyclic file by file, but pipeline -> eval -> pipeline as folders (the carve <-> pipeline.build case)
+        {"pipeline/build.py": "from canopy_lit.eval import metrics\n", "eval/runner.py": "from canopy_lit.pipeline import loop\n"},
+        # an import inside a function ties the folders too (the schema <-> data case)
+        {"report/tables.py": "def f():\n    from canopy_lit.eval import metrics\n",
+         "eval/metrics.py": "from canopy_lit.report import tables\n"},
+    ],
 }
 CASES = [(rule, i) for rule, cases in VIOLATIONS.items() for i in range(len(cases))]
 
@@ -320,3 +375,12 @@ def test_refiners_carry_no_unused_name_attribute() -> None:
     named = [c.name for c in classes for s in c.body if isinstance(s, ast.Assign)
              and any(isinstance(t, ast.Name) and t.id == "name" for t in s.targets)]  # fmt: skip
     assert not named, f"refiners with a `name` nothing reads: {named}"
+
+
+def test_an_entry_point_may_import_from_above_its_folder(tmp_path: Path) -> None:
+    """``python -m canopy_lit.report merge-shards`` runs the evaluation's merge: a program, not a folder edge."""
+    root = _fake_package(tmp_path, {"report/__main__.py": "def main():\n    from canopy_lit.pipeline import build\n",
+                                    "pipeline/build.py": "from canopy_lit.report import tables\n"})
+    assert folder_cycles(root) == []
+    (root / PACKAGE / "report" / "tables.py").write_text("from canopy_lit.pipeline import build\n")
+    assert folder_cycles(root) == ["pipeline <-> report"]

@@ -39,8 +39,8 @@ from canopy_lit.carve import (
     video_clips,
 )
 from canopy_lit.carve.metrics import answer_contained
-from canopy_lit.carve.pipeline import run_pipeline
 from canopy_lit.carve.representations import CaptionSummariser, check_config
+from canopy_lit.eval.carve import run_pipeline
 from canopy_lit.hierarchy.base import Frame
 from canopy_lit.llm.base import BaseLLM, LLMResponse
 from canopy_lit.types import Item, Modality, Question, VideoRef

@@ -93,7 +93,7 @@ def test_method_runner_is_chosen_by_config(hydra_ctx, monkeypatch: pytest.Monkey
     assert ev.MODES["qa"](compose("evaluate", overrides=["method.runner._target_=fake_runner.run"])) == {"x": 2.0}
     assert calls == ["qa", "canopy"]
     carve = compose("evaluate", overrides=["method=carve"]).method.runner  # CARVE names its own runner
-    assert carve._target_ == "canopy_lit.carve.pipeline.run" and carve._partial_
+    assert carve._target_ == "canopy_lit.eval.carve.run" and carve._partial_
 
 
 def test_shipped_refiners_declare_what_the_loop_relies_on(hydra_ctx) -> None:

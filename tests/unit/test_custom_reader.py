@@ -100,7 +100,7 @@ def test_every_modality_and_gold_kind(tmp_path) -> None:
              "rows": [["cup", "shelf"], ["coffee", "table"], [3, None]]}, "gold_spans": ["coffee"]},
             {"id": "r", "table": {"rows": [["a"], ["b"], ["c"]]}, "gold_leaves": [0, 2]},
             {"id": "i", "title": "Coffee", "image": str(IMAGE), "caption": "a cup of coffee", "gold": True},
-            {"id": "v", "video": {"path": "media/video/vtest.avi", "start": 0, "end": 90},
+            {"id": "v", "video": {"path": "media/video/vtest.avi", "start": 0, "end": 79.5},
              "gold_times": [[52, 58]]},
             {"id": "w", "title": "Elsewhere", "text": "Nothing here.", "gold": True},
             {"id": "x", "title": "Distractor", "text": "Tea is green."},
@@ -114,7 +114,7 @@ def test_every_modality_and_gold_kind(tmp_path) -> None:
     assert [items[k].modality for k in "ptrivwx"] == [Modality.TEXT, Modality.TABLE, Modality.TABLE,
                                                      Modality.IMAGE, Modality.VIDEO, Modality.TEXT, Modality.TEXT]  # fmt: skip
     assert items["t"].table.rows[2] == ["3", ""] and items["i"].meta["caption"] == "a cup of coffee"
-    assert items["v"].video.path == str(VIDEO) and items["v"].video.end == 90
+    assert items["v"].video.path == str(VIDEO) and items["v"].video.end == 79.5
     assert bench.candidates[q.id] == [f"custom:{k}" for k in "ptrivwx"]
 
 
@@ -142,7 +142,7 @@ def test_items_are_shared_by_id_and_by_content(tmp_path) -> None:
         ({"question": "q", "items": {"id": "p"}}, "items: expected a list of items, got dict"),
         ({"question": "q", "items": [{"title": "t"}]}, "items[0]: no payload: give one of text, sentences"),
         ({"question": "q", "items": [{"text": "a", "image": "b"}]}, "items[0]: one payload per item, got text and image"),
-        ({"question": "q", "items": ["nowhere"]}, "items[0].id: 'nowhere' names no item defined so far"),
+        ({"question": "q", "items": ["nowhere"]}, "items[0].id: 'nowhere' names no item defined in the dataset"),
         ({"question": "q", "items": [{"id": "p", "text": "Other text."}]},
          "items[0].id: 'p' was defined with other content at ok.jsonl, line 1"),
         ({"question": "q", "items": [{"text": "Alpha. Beta.", "gold_spans": ["Gamma"]}]},
@@ -158,7 +158,7 @@ def test_items_are_shared_by_id_and_by_content(tmp_path) -> None:
         ({"question": "q", "items": [{"text": "Alpha.", "gold": "yes"}]}, "items[0].gold: expected true or false"),
         ({"question": "q", "items": [{"table": {"header": ["a"]}}]}, "items[0].table.rows: expected a non-empty list"),
         ({"question": "q", "items": [{"image": "missing.png"}]}, "items[0].image: file not found: "),
-        ({"question": "q", "items": [{"video": {"path": str(VIDEO), "start": 9, "end": 3}}]},
+        ({"question": "q", "items": [{"video": {"path": VIDEO.name, "start": 9, "end": 3}}]},
          "items[0].video: clip bounds must satisfy 0 <= start < end, got start=9, end=3"),
         ({"question": "q", "items": [{"text": "Alpha.", "modality": "table"}]},
          "items[0].modality: 'table' but the payload is 'text' (text)"),
@@ -166,6 +166,7 @@ def test_items_are_shared_by_id_and_by_content(tmp_path) -> None:
 )  # fmt: skip
 def test_malformed_record_is_one_error_naming_file_line_id_and_field(tmp_path, record, message) -> None:
     ok = {"id": "ok", "question": "fine?", "items": [{"id": "p", "text": "Alpha."}]}
+    (tmp_path / VIDEO.name).symlink_to(VIDEO)  # media stay inside media_root (the data file's folder)
     path = tmp_path / "ok.jsonl"
     path.write_text(json.dumps(ok) + "\n\n" + json.dumps({"id": "bad", **record}) + "\n")
     with pytest.raises(DataFormatError) as err:

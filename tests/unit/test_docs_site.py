@@ -6,6 +6,7 @@ The full site build (mkdocstrings over the package) is `-m slow` here; `.ci/run`
 
 from __future__ import annotations
 
+import importlib
 import re
 import textwrap
 from pathlib import Path
@@ -141,3 +142,18 @@ def test_the_site_builds_strict_with_every_page(tmp_path: Path) -> None:
     ):
         assert (site / f"{page}.html").is_file(), page
     assert 'id="canopy_lit.pipeline.loop.EvidenceLoop"' in (site / "api" / "loop" / "index.html").read_text()
+    # every public class and function of the reference's packages is rendered (an anchor of its own)
+    import inspect
+
+    from test_api_reference import PUBLIC_PACKAGES, defining_module
+
+    ids = {i for f in (site / "api").rglob("index.html") for i in re.findall(r'id="([^"]+)"', f.read_text())}
+    missing = []
+    for package in PUBLIC_PACKAGES:
+        mod = importlib.import_module(package)
+        for name in mod.__all__:
+            obj = getattr(mod, name)
+            owners = [package, *defining_module(package, name, obj)]
+            if (inspect.isclass(obj) or inspect.isfunction(obj)) and not {f"{o}.{name}" for o in owners} & ids:
+                missing.append(f"{package}.{name}")
+    assert not missing, missing

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from canopy_lit.eval.metrics import (
+from canopy_lit.eval.summary import duplicate_rates, markdown_table, score_record, summarize
+from canopy_lit.metrics import (
     bootstrap_ci,
     choice_accuracy,
     choice_letter,
@@ -12,7 +13,6 @@ from canopy_lit.eval.metrics import (
     f1_score,
     normalize_answer,
 )
-from canopy_lit.eval.summary import duplicate_rates, markdown_table, score_record, summarize
 
 
 def test_squad_normalisation_and_em() -> None:

@@ -13,9 +13,9 @@ from canopy_lit.data import load_split
 from canopy_lit.eval.answers import EvidenceText, answer_found, answer_needles, gold_leaf_counts, item_recall
 from canopy_lit.eval.evidence_stats import compare_runs, score_evidence, summarize_evidence
 from canopy_lit.eval.harness import run_questions
-from canopy_lit.eval.metrics import paired_bootstrap_ci, ratio_bootstrap_ci
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.llm.tokenizers import token_counter
+from canopy_lit.metrics import paired_bootstrap_ci, ratio_bootstrap_ci
 from canopy_lit.numbers import as_number
 from canopy_lit.pipeline.trace import QuestionRecord
 from canopy_lit.refine import FlatMatchedRefiner, ParentRelativeRefiner, leaf_ids
@@ -142,7 +142,7 @@ def test_summarize_evidence_by_hand() -> None:
 
 
 def test_pooled_ratio_cis_are_the_metrics_bootstrap() -> None:
-    """Gold recall and kept ratio get the pooled-ratio bootstrap of ``canopy_lit.eval.metrics`` (BCa, the one
+    """Gold recall and kept ratio get the pooled-ratio bootstrap of ``canopy_lit.metrics`` (BCa, the one
     family of QA and probe CIs), not a bootstrap of their own."""
     rng = np.random.default_rng(1)
     hit, total = rng.integers(0, 5, 60), rng.integers(0, 6, 60)
@@ -307,8 +307,9 @@ def test_compare_runs_pairs_questions_by_id(tmp_path: Path) -> None:
     assert c["n"] == 3 and c["n_answer"] == 2
     assert c["answer_recall_diff"] == pytest.approx(0.5)  # (1 - 1 + 1 - 0) / 2
     assert c["answer_recall_diff_ci_low"] <= 0.5 <= c["answer_recall_diff_ci_high"]
-    assert c["token_ratio"] == pytest.approx(300 / 400)
-    assert (c["token_ratio_ci_low"], c["token_ratio_ci_high"]) == ratio_bootstrap_ci([100, 100, 100], [200, 0, 200])
+    # tokens over the questions both answered (B failed q2: no evidence to count), estimate and interval alike
+    assert c["token_ratio"] == pytest.approx(200 / 400) and c["n_tokens"] == 2
+    assert (c["token_ratio_ci_low"], c["token_ratio_ci_high"]) == ratio_bootstrap_ci([100, 100], [200, 200])
     assert (c["answer_recall_diff_ci_low"], c["answer_recall_diff_ci_high"]) == paired_bootstrap_ci([1, 1], [1, 0])
     assert "answer_recall_content_diff" not in c  # runs recorded before the content-only match
     with pytest.raises(ValueError, match="share no recorded question"):

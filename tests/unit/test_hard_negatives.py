@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from canopy_lit.data import load_benchmark, split_questions
+from canopy_lit.data.batch import PreferenceBatch
 from canopy_lit.data.datamodule import PreferenceCollate, PreferenceDataModule, render_instance
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.supervision import (
@@ -19,7 +20,6 @@ from canopy_lit.supervision import (
     preference_pairs,
     training_instances,
 )
-from canopy_lit.training.batch import PreferenceBatch
 from canopy_lit.training.metrics import DecisionAccuracy
 
 OPTIONS = {"hotpotqa": {"max_questions": {"train": 24, "val": 6, "test": 8}}}

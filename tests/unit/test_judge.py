@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from canopy_lit.eval.judge import JUDGEMENTS, judge_run
-from canopy_lit.eval.metrics import bootstrap_ci
 from canopy_lit.eval.records import RecordLog
 from canopy_lit.eval.summary import judge_summary
 from canopy_lit.llm import prompts
 from canopy_lit.llm.judge import AnswerJudge, cache_key, judge_fingerprint
 from canopy_lit.llm.parsing import ParseStats
 from canopy_lit.llm.simulated import SimulatedLLM
+from canopy_lit.metrics import bootstrap_ci
 
 
 def write_run(run_dir: Path, records: list[dict]) -> None:

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from canopy_lit.eval.metrics import (
+from canopy_lit.eval.summary import score_record, summarize
+from canopy_lit.metrics import (
     bootstrap_ci,
     exact_match,
     f1_score,
@@ -23,7 +24,6 @@ from canopy_lit.eval.metrics import (
     paired_ratio_bootstrap_ci,
     ratio_bootstrap_ci,
 )
-from canopy_lit.eval.summary import score_record, summarize
 
 YES_NO = {"yes", "no", "noanswer"}  # HotpotQA's official F1 scores these 0 unless exact: not SQuAD
 

@@ -62,7 +62,8 @@ def test_probe_judges_decisions_under_the_descend_margin() -> None:
     low, high = metrics[0.0], metrics[1.5]
     # δ = 0: every stop is wrong (children are refined); a descend is right only where no child is gold-free
     assert low["probe/decision_accuracy/stop"] == 0.0 and low["probe/decision_accuracy/descend"] < 0.2
-    assert low["probe/gold_recall"] == 1.0 and low["probe/pruned_share"] > 0.5  # split to the leaves, all kept
+    # split to the leaves, all kept: nothing is removed, so no item counts as pruned
+    assert low["probe/gold_recall"] == 1.0 and low["probe/pruned_share"] == 0.0
     # under δ = 1.5 refinement never descends: every stop decision is right, every descend wrong
     assert high["probe/decision_accuracy/stop"] == 1.0 and high["probe/decision_accuracy/descend"] == 0.0
     assert high["probe/gold_recall"] == 1.0 and high["probe/kept_token_ratio"] == 1.0

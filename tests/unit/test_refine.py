@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.refine import (
+    TIE_TOLERANCE,
     FlatTopMRefiner,
     KeepWholeRefiner,
     ParentRelativeRefiner,
@@ -173,10 +174,11 @@ def test_descend_margin_moves_the_threshold_and_lazy_matches_eager(ts, delta) ->
     scores = scores.astype(np.float32)  # the encoder's dtype, which the lazy path stores
     kept = parent_relative(tree, scores, descend_margin=delta)
     s = scores.tolist()  # the rule compares in float64
+    tol = TIE_TOLERANCE  # a child within 1e-5 below s(v) + δ counts as reaching it (batching noise)
     for v in kept:  # a kept node has no child reaching its score + δ
-        assert all(s[c] < s[v] + delta for c in tree.children[v])
+        assert all(s[c] < s[v] + delta - tol for c in tree.children[v])
         for a in [v, *tree.ancestors(v)][:-1]:  # every step down cleared the margin
-            assert s[a] >= s[tree.parent[a]] + delta
+            assert s[a] >= s[tree.parent[a]] + delta - tol
     lazily = parent_relative_lazily([tree], lambda req: [scores[r] for r in req], descend_margin=delta)[0][0]
     assert lazily == kept
     refiner = ParentRelativeRefiner(descend_margin=delta)

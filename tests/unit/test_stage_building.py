@@ -126,7 +126,7 @@ def test_method_runner_is_a_target_the_schema_checks(hydra_ctx) -> None:
     cfg = compose("evaluate")
     assert _problems(cfg, "method") == [] and build_runner(cfg).func is run_qa
     carve = compose("evaluate", overrides=["method=carve"])
-    assert carve.method.runner._target_ == "canopy_lit.carve.pipeline.run" and _problems(carve, "method") == []
+    assert carve.method.runner._target_ == "canopy_lit.eval.carve.run" and _problems(carve, "method") == []
     assert _problems(compose("evaluate", overrides=["+method.runner.verbose=1"]), "method") == [
         "unknown config key method.runner.verbose (canopy_lit.evaluate.run_qa takes no such argument)"
     ]

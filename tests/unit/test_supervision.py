@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.refine import parent_relative
+from canopy_lit.refine import descends, parent_relative
 from canopy_lit.supervision import (
     decision_correct,
     gold_counts,
@@ -133,7 +133,7 @@ def test_a_decision_is_judged_correct_iff_refinement_acts_ideally_under_the_marg
     counts = gold_counts(tree, gold)
     for v in visited_nodes(tree, gold):
         kids = tree.children[v]
-        refined = {c for c in kids if float(scores[c]) >= float(scores[v]) + delta}
+        refined = {c for c in kids if descends(scores[c], scores[v], delta)}  # refinement's own rule
         full = counts[v] == tree.ends[v] - tree.starts[v]
         ideal = set() if full else {c for c in kids if counts[c] > 0}
         assert decision_correct(tree, scores, preference_pairs(tree, v, counts), delta) == (refined == ideal)

@@ -127,9 +127,27 @@ def test_setup_installs_the_wandb_and_optuna_extras() -> None:
     """scripts/setup.sh (also .ci/run's set-up) installs the extras behind logger=wandb, the W&B sweep and
     hparams_search=lora_optuna, and pyproject.toml declares them."""
     (extras,) = re.findall(
-        r'pip install -q -e "\.\[([a-z,-]+)\]"', (ROOT / "scripts" / "setup.sh").read_text()
+        r'pip install -q (?:--[a-z-]+ )*-e "\.\[([a-z,-]+)\]"', (ROOT / "scripts" / "setup.sh").read_text()
     )
     assert {"wandb", "optuna"} <= set(extras.split(","))
     pyproject = (ROOT / "pyproject.toml").read_text()  # tomllib is Python 3.11+, the package supports 3.10
     assert re.search(r'^wandb = \["wandb>=', pyproject, re.M)
     assert re.search(r'^optuna = \["hydra-optuna-sweeper>=', pyproject, re.M)
+
+
+def test_the_wandb_logger_passes_no_retired_anonymous_setting(tmp_path: Path) -> None:
+    """Lightning's WandbLogger always hands wandb.init ``anonymous`` (None), which wandb answers with "The
+    anonymous setting has no effect" on every run; logger=wandb builds canopy_lit's, which leaves it out."""
+    pytest.importorskip("wandb")
+    from hydra.utils import instantiate
+    from lightning.pytorch.loggers import WandbLogger as Lightning
+
+    from canopy_lit.loggers import WandbLogger
+
+    block = OmegaConf.load(ROOT / "configs" / "logger" / "wandb.yaml").wandb
+    assert block._target_ == "canopy_lit.loggers.WandbLogger"
+    kwargs = {"project": "p", "save_dir": str(tmp_path), "offline": True}
+    assert "anonymous" in Lightning(**kwargs)._wandb_init  # why the subclass exists
+    ours = instantiate({"_target_": block._target_, **kwargs})
+    assert isinstance(ours, (WandbLogger, Lightning)) and "anonymous" not in ours._wandb_init
+    assert WandbLogger(anonymous=True, **kwargs)._wandb_init["anonymous"] == "allow"  # asked for: kept

@@ -3,6 +3,7 @@ gold clips, and the read loop itself (``read_video_benchmark``)."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -59,6 +60,8 @@ def video_item(
         except Exception:  # a corrupt file must not stop the whole benchmark
             skipped["unreadable_video"] += 1
             file = None
+    if duration is not None and not math.isfinite(float(duration)):
+        raise ValueError(f"duration of video {ref!r} is {duration!r}: give a finite number of seconds")
     if duration is None or duration <= 0:
         skipped["missing_video"] += 1
         return None

@@ -16,8 +16,10 @@ Items: exactly one payload (``text`` or ``sentences``, ``table``, ``image``, ``v
 from it. Gold of an item: ``gold_spans`` (strings), ``gold_offsets`` (``[start, end)`` characters),
 ``gold_leaves`` (leaf indices), ``gold_times`` (video seconds), or ``gold: true`` (the whole item, no span);
 spans become leaf indices with ``_gold.gold_leaves``, and a span that is not found is an error. An item
-entry that is only an id (a string, or ``{"id", gold fields}``) reuses an item defined in an earlier
-record. Splits: the record's ``split`` field, else the file or DatasetDict split name (train; val, dev,
+entry that is only an id (a string, or ``{"id", gold fields}``) reuses an item defined in any record of
+the dataset (every file's item definitions are read before any reference is resolved). Image and video paths
+stay inside ``media_root`` (``allow_outside_media_root=True`` opts out); a video clip's ``end`` lies within
+the video's duration (when it can be read). Splits: the record's ``split`` field, else the file or DatasetDict split name (train; val, dev,
 validation; test), else the hash split of ``canopy_lit.data.splits``. Any malformed record is one
 ``DataFormatError`` naming the file, the line (JSONL) or record index, the question id and the field.
 """
@@ -27,6 +29,8 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import math
+import os
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -81,7 +85,11 @@ def split_of(name: str) -> str | None:
 
 
 def read(
-    path: Path, name: str = "custom", strict: bool = True, media_root: str | Path | None = None
+    path: Path,
+    name: str = "custom",
+    strict: bool = True,
+    media_root: str | Path | None = None,
+    allow_outside_media_root: bool = False,
 ) -> Benchmark:
     """Read a custom benchmark.
 
@@ -92,7 +100,9 @@ def read(
         name: benchmark name (tables, ``Question.benchmark``) and item-id prefix (``<name>:<item id>``).
         strict: raise on a malformed record (default) or count it as ``skipped["malformed"]``.
         media_root: folder that relative ``image`` / ``video.path`` resolve under (default: the folder of
-            the data file; the dataset folder itself for a folder).
+            the data file; the dataset folder itself for a folder). A path that leaves it (``../../etc/passwd``,
+            an absolute path elsewhere) is an error, so a data file cannot make the run open other files.
+        allow_outside_media_root: read media paths outside ``media_root`` too (data you trust).
     """
     path = Path(path)
     if not path.exists():
@@ -102,11 +112,25 @@ def read(
     bench = Benchmark(
         name, [], {}, {}, skipped, {"path": str(path), "reader": "custom", "media_root": str(root)}
     )
-    parser = _Parser(bench, root)
-    for label, split, records in _sources(path):
+    parser = _Parser(bench, root, bool(allow_outside_media_root))
+    # Pass 1: the items every record defines, in all files, so that a record may name an item defined in a
+    # later file (test.jsonl reads before train.jsonl) or in a record skipped as a repeated question.
+    bad: set[tuple[int, int]] = set()
+    for source, (label, _, records) in enumerate(_sources(path)):
         for index, line, rec in records:
+            done = False
             with record_guard(label, index, rec, skipped, strict, line=line):
-                parsed = parser.question(rec, split, label, index, line)
+                parser.define_items(rec, (source, index), label, index, line)
+                done = True
+            if not done:  # counted as malformed already (strict=False)
+                bad.add((source, index))
+    # Pass 2: the questions, their references resolved against every defined item.
+    for source, (label, split, records) in enumerate(_sources(path)):
+        for index, line, rec in records:
+            if (source, index) in bad:
+                continue
+            with record_guard(label, index, rec, skipped, strict, line=line):
+                parsed = parser.question(rec, split, label, index, line, (source, index))
                 if parsed is not None:
                     bench.add_question(*parsed)
     if not bench.questions and not skipped:
@@ -157,6 +181,8 @@ def _check_keys(obj: Mapping[str, Any], known: tuple[str, ...], where: str) -> N
 def _string(value: Any, field: str, allow_empty: bool = False) -> str:
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise _fail(field, f"expected a string, got {type(value).__name__}")
+    if isinstance(value, float) and not math.isfinite(value):  # a dataset's NaN is no answer 'nan'
+        raise _fail(field, f"expected a string, got {value!r}")
     text = str(value)
     if not allow_empty and not text.strip():
         raise _fail(field, "is empty")
@@ -172,21 +198,65 @@ def _strings(value: Any, field: str) -> list[str]:
 def _number(value: Any, field: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _fail(field, f"expected a number, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise _fail(field, f"expected a finite number, got {value!r}")
     return float(value)
 
 
 class _Parser:
     """Records -> ``Question``s; items are created once by id and must not change between records."""
 
-    def __init__(self, bench: Benchmark, media_root: Path) -> None:
+    # How to opt out of the media-root check, in the error (the corpus reader names its own switch).
+    outside_hint = "set data.options.allow_outside_media_root=true to read files elsewhere"
+
+    def __init__(self, bench: Benchmark, media_root: Path, allow_outside_media_root: bool = False) -> None:
         self.bench = bench
         self.media_root = media_root
+        self.allow_outside = allow_outside_media_root
+        self.entry_ids: dict[tuple[tuple[int, int], int], str] = {}  # (record key, entry index) -> item id
         self.defined_at: dict[str, str] = {}  # item id -> where it was first defined (for clash messages)
         self.leaf_cache: dict[str, list[Leaf]] = {}
         self.count = 0  # running record number: the default question id, unique across files and splits
 
+    @staticmethod
+    def _where(label: Path, index: int, line: int | None) -> str:
+        return f"{label.name}, line {line}" if line is not None else f"{label.name}, record {index}"
+
+    def define_items(self, rec: Any, key: tuple[int, int], label: Path, index: int, line: int | None) -> None:
+        """Pass 1: create the items the record gives a payload for (a clash with another definition is an
+        error); everything else about the record is checked in ``question``."""
+        if not isinstance(rec, dict) or not isinstance(rec.get("items"), list):
+            return
+        where = self._where(label, index, line)
+        for i, entry in enumerate(rec["items"]):
+            if not isinstance(entry, dict):
+                continue
+            field = f"items[{i}]"
+            _check_keys(entry, ITEM_FIELDS, f"{field}.")
+            payloads = [k for k in PAYLOADS if entry.get(k) is not None]
+            if len(payloads) > 1:
+                raise _fail(field, f"one payload per item, got {' and '.join(payloads)}")
+            if not payloads:
+                continue
+            local_id = _string(entry["id"], f"{field}.id") if entry.get("id") is not None else None
+            item = self._new_item(entry, payloads[0], local_id, field)
+            known = self.bench.items.get(item.id)
+            if known is None:
+                self.bench.items[item.id] = item
+                self.defined_at[item.id] = where
+            elif known != item:
+                raise _fail(f"{field}.id", f"{local_id!r} was defined with other content at "
+                            f"{self.defined_at[item.id]}")  # fmt: skip
+            self.entry_ids[(key, i)] = item.id
+
     def question(
-        self, rec: Any, source_split: str | None, label: Path, index: int, line: int | None
+        self,
+        rec: Any,
+        source_split: str | None,
+        label: Path,
+        index: int,
+        line: int | None,
+        key: tuple[int, int] = (0, 0),
     ) -> tuple[Question, list[str]] | None:
         """The record's question and the ids of its items; None for a repeated question id (counted)."""
         self.count += 1
@@ -212,11 +282,10 @@ class _Parser:
             entries = []
         if not isinstance(entries, list):
             raise _fail("items", f"expected a list of items, got {type(entries).__name__}")
-        where = f"{label.name}, line {line}" if line is not None else f"{label.name}, record {index}"
         gold: dict[str, list[int]] = {}
         candidates: list[str] = []
         for i, entry in enumerate(entries):
-            item_id, leaves = self._item(entry, f"items[{i}]", where)
+            item_id, leaves = self._item(entry, f"items[{i}]", self.entry_ids.get((key, i)))
             if item_id not in candidates:
                 candidates.append(item_id)
             if leaves is not None:
@@ -252,8 +321,9 @@ class _Parser:
         return [_string(value, given[0])]
 
     # ------------------------------------------------------------------ items
-    def _item(self, entry: Any, field: str, where: str) -> tuple[str, list[int] | None]:
-        """(global item id, gold leaves or None when the item is not gold) of one ``items[i]`` entry."""
+    def _item(self, entry: Any, field: str, defined: str | None) -> tuple[str, list[int] | None]:
+        """(global item id, gold leaves or None when the item is not gold) of one ``items[i]`` entry;
+        ``defined``: the id pass 1 gave the item this entry defines (None: the entry gives no payload)."""
         if isinstance(entry, str | int) and not isinstance(entry, bool):
             entry = {"id": entry}
         if not isinstance(entry, dict):
@@ -270,19 +340,13 @@ class _Parser:
                 )
             item_id = f"{self.bench.name}:{local_id}"
             if item_id not in self.bench.items:
-                raise _fail(f"{field}.id", f"{local_id!r} names no item defined so far; give its payload here "
-                            f"(one of {', '.join(PAYLOADS)})")  # fmt: skip
+                raise _fail(f"{field}.id", f"{local_id!r} names no item defined in the dataset; give its payload "
+                            f"here (one of {', '.join(PAYLOADS)})")  # fmt: skip
             item = self.bench.items[item_id]
         else:
-            item = self._new_item(entry, payloads[0], local_id, field)
-            known = self.bench.items.get(item.id)
-            if known is None:
-                self.bench.items[item.id] = item
-                self.defined_at[item.id] = where
-            elif known != item:
-                raise _fail(f"{field}.id", f"{local_id!r} was defined with other content at "
-                            f"{self.defined_at[item.id]}")  # fmt: skip
-            item = self.bench.items[item.id]
+            if defined is None:
+                raise _fail(field, "was not read when the items were defined")  # the two passes disagree: a bug
+            item = self.bench.items[defined]
         return item.id, self._gold(entry, item, field)
 
     def _new_item(self, entry: dict[str, Any], payload: str, local_id: str | None, field: str) -> Item:
@@ -349,6 +413,11 @@ class _Parser:
     def _media(self, value: Any, field: str) -> Path:
         ref = Path(_string(value, field))
         file = ref if ref.is_absolute() else self.media_root / ref
+        # Lexical check (abspath, no symlink resolution): links the user put under media_root stay readable.
+        root = os.path.abspath(self.media_root)
+        if not self.allow_outside and os.path.commonpath([root, os.path.abspath(file)]) != root:
+            raise _fail(field, f"{str(ref)!r} lies outside media_root={self.media_root}: media paths stay inside "
+                        f"it ({self.outside_hint})")  # fmt: skip
         if not file.is_file():
             raise _fail(
                 field, f"file not found: {file} (relative paths resolve under media_root={self.media_root})"
@@ -367,6 +436,10 @@ class _Parser:
         start = _number(value["start"], f"{field}.start") if value.get("start") is not None else 0.0
         if value.get("end") is not None:
             end = _number(value["end"], f"{field}.end")
+            duration = _readable_duration(file)
+            if duration is not None and end > duration + _DURATION_SLACK:
+                raise _fail(f"{field}.end", f"{end:g} s lies past the end of {file.name} ({duration:g} s): "
+                            "a clip lies within its video")  # fmt: skip
         else:
             try:
                 end = video_duration(str(file))
@@ -416,6 +489,18 @@ class _Parser:
             return gold_leaves(item, [span], self.leaf_cache)
         except ValueError as err:
             raise _fail(field, str(err)) from err
+
+
+_DURATION_SLACK = 1.0  # seconds: container durations are rounded; a clip a little past them is the video's end
+
+
+def _readable_duration(file: Path) -> float | None:
+    """The video's duration, or None when no decoder can read it (then ``video.end`` stands as given, and
+    the tree builder's clip cap bounds it)."""
+    try:
+        return float(video_duration(str(file)))
+    except Exception:  # decoders raise many types; the bound is checked where it can be
+        return None
 
 
 def _plain(value: Any) -> Any:

@@ -15,13 +15,17 @@ Gold:
 - the table, when ``answer_from`` involves it: the rows with a cell equal to / holding
   an answer string (or a cell listed by a count derivation "a##b"), or holding a
   number equal to a derivation operand or the answer.
+
+Derivation operands are ``canopy_lit.operands.formula_operands`` over the document's numbers: the values a
+formula reads from the table and paragraphs, never its constants (the 2 of ``(4.1% + 4.6%)/2``, a
+``* 100``, the 1 of ``a / b - 1``) or the rows it names ("row 5"). They are kept in
+``Question.meta["operands"]``, where the answer look-up (``eval/answers.py``) finds the same ones.
 Test files without answers load with empty gold (``skipped["no_gold_annotation"]``).
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -30,10 +34,10 @@ from canopy_lit.data.base import Benchmark
 from canopy_lit.data.readers._gold import locate_sentences, numbers_in
 from canopy_lit.data.readers._io import iter_records, record_guard, require
 from canopy_lit.numbers import as_number
+from canopy_lit.operands import formula_operands
 from canopy_lit.types import Item, Modality, Question, Table
 
 _MAX_HEADER_ROWS = 3
-_OPERAND = re.compile(r"\d[\d,]*(?:\.\d+)?")
 
 
 def _header_like(row: list[str]) -> bool:
@@ -127,9 +131,12 @@ def read(path: Path, strict: bool = True) -> Benchmark:
             else:
                 skipped["empty_table"] += 1
             paras: dict[str, str] = {}
+            # Every number the document writes: a derivation's operand is one of them.
+            values = [x for r in raw_rows for c in r for x in numbers_in(str(c))]
             for p in require(doc, "paragraphs", list):
                 pid = f"tatqa:{require(p, 'uid', str)}"
                 text = require(p, "text", str)
+                values.extend(numbers_in(text))
                 if text.strip():
                     items[pid] = Item(
                         pid, Modality.TEXT, text=text, meta={"doc": table_uid, "order": p.get("order")}
@@ -144,7 +151,7 @@ def read(path: Path, strict: bool = True) -> Benchmark:
                     text = require(q, "question", str)
                     answers = _answers(q.get("answer"))
                     derivation = str(q.get("derivation") or "")
-                    op_strings = _OPERAND.findall(derivation)
+                    op_strings = formula_operands(derivation, values)
                     # Count questions list the counted cells as "a##b##c".
                     listed = [x.strip() for x in derivation.split("##")] if "##" in derivation else []
                     gold: dict[str, list[int]] = {}
@@ -166,6 +173,7 @@ def read(path: Path, strict: bool = True) -> Benchmark:
                     meta = {
                         "doc": tid,
                         **{k: q[k] for k in ("answer_type", "answer_from", "scale", "derivation") if k in q},
+                        **({"operands": op_strings} if derivation else {}),
                     }
                     bench.add_question(Question(qid, text, answers, "tatqa", gold, meta=meta), cands)
     return bench

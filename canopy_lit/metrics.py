@@ -140,7 +140,8 @@ def paired_bootstrap_ci(
     """(1 - alpha) CI of mean(a - b) for two systems scored on the same questions (paired resampling).
 
     Args:
-        a, b: (n,) per-question scores of the two systems, in the same question order.
+        a: (n,) per-question scores of the first system.
+        b: (n,) per-question scores of the second system, in the same question order.
 
     A CI that excludes 0 is a difference the bootstrap supports; pairing removes the between-question
     variance that two independent CIs would double count. Raises ValueError on unequal lengths.
@@ -189,7 +190,8 @@ def ratio_bootstrap_ci(
     """(1 - alpha) bootstrap CI of a pooled ratio sum(num) / sum(den), resampling questions.
 
     Args:
-        num, den: (n,) per-question numerators and denominators (e.g. gold leaves kept, gold leaves).
+        num: (n,) per-question numerators (e.g. gold leaves kept).
+        den: (n,) per-question denominators (e.g. gold leaves).
 
     Returns (nan, nan) for no questions or a zero denominator total.
     """
@@ -220,8 +222,10 @@ def paired_ratio_bootstrap_ci(
     together) is kept, which a binomial error over leaves ignores.
 
     Args:
-        num_a, den_a: (n,) per-question numerators and denominators of system a.
-        num_b, den_b: (n,) the same for system b, in the same question order.
+        num_a: (n,) per-question numerators of system a.
+        den_a: (n,) per-question denominators of system a.
+        num_b: (n,) per-question numerators of system b, in the same question order.
+        den_b: (n,) per-question denominators of system b.
 
     Returns (a - b, low, high); (nan, nan, nan) for no questions. Raises ValueError on unequal lengths or a
     non-positive denominator total.
