@@ -44,8 +44,6 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from canopy_lit.errors import ConfigError  # re-exported: callers import it from here
 
-# Methods that never retrieve: for these retrieval.k may be 0 and loop.max_rounds must be 0.
-NON_RETRIEVING_METHODS = frozenset({"no_retrieval"})
 USAGE_ERROR = 2  # exit status of a config error (argparse's convention)
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 _MISSING = object()
@@ -184,6 +182,8 @@ class MethodSchema:
     name: str = "canopy"
     label: str | None = None
     runner: dict[str, Any] | None = None
+    # false for a method that never retrieves (the reader alone): retrieval.k may be 0, loop.max_rounds must be
+    retrieves: bool = True
 
 
 @dataclass
@@ -818,7 +818,7 @@ def validate_eval_config(cfg: DictConfig) -> None:
     problems: list[str] = []
     _check_top(cfg, EvalSchema, EVAL_GROUPS, problems)
     method = str(_value(cfg.get("method"), "name"))
-    retrieves = method not in NON_RETRIEVING_METHODS
+    retrieves = _value(cfg.get("method"), "retrieves") is not False
     # k / R: a retrieving method needs both >= 1; one that never retrieves may use 0 (and must, for R: below).
     least = 1 if retrieves else 0
     rules = {"retrieval": {"k": {"ge": least}}, "loop": {"max_rounds": {"ge": least}}}
@@ -838,7 +838,7 @@ def validate_eval_config(cfg: DictConfig) -> None:
         problems.extend(shard_problems(shard, cfg.get("mode", "qa"), runner))
     if cfg.get("mode", "qa") == "qa":
         if retrieves:  # the surprising part of the k / R message: 0 is fine for another method
-            why = f" (method={method} retrieves; only {', '.join(sorted(NON_RETRIEVING_METHODS))} may use 0)"
+            why = f" (method={method} retrieves; only a method with method.retrieves=false may use 0)"
             problems = [p + why if p.startswith(("retrieval.k ", "loop.max_rounds ")) else p for p in problems]
         else:
             problems.extend(_rounds_of_a_closed_book(cfg, method))
@@ -1154,7 +1154,6 @@ def exit_if_invalid(cfg: Any, validate: Callable[[Any], None]) -> None:
 __all__ = [
     "CONFIG_DIR",
     "EVAL_GROUPS",
-    "NON_RETRIEVING_METHODS",
     "PIPELINE_RETRIEVAL_KEYS",
     "TRAIN_GROUPS",
     "USAGE_ERROR",

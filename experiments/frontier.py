@@ -43,6 +43,7 @@ if str(ROOT) not in sys.path:  # runnable from a source checkout without install
     sys.path.insert(0, str(ROOT))
 
 from canopy_lit.eval.evidence_stats import compare_runs  # noqa: E402
+from canopy_lit.markdown import md_table  # noqa: E402
 from canopy_lit.report.archive import ensure_unpacked  # noqa: E402
 from experiments.paired import replace_block  # noqa: E402
 
@@ -270,8 +271,9 @@ def _pct(p: Point, key: str) -> str:
 
 
 def render_points(points: Sequence[Point]) -> str:
-    lines = ["| benchmark | method | setting | n (measurable answer) | answer recall [95% CI] | w/o titles/headers [95% CI] | tokens "
-             "[95% CI] | % of keep-whole k=5 |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    head = ["benchmark", "method", "setting", "n (measurable answer)", "answer recall [95% CI]",
+            "w/o titles/headers [95% CI]", "tokens [95% CI]", "% of keep-whole k=5"]  # fmt: skip
+    rows = []
     order = list(LABELS)
     for bench in BENCHMARKS:
         kw = keep_whole(points, bench)
@@ -279,10 +281,10 @@ def render_points(points: Sequence[Point]) -> str:
         sel.sort(key=lambda p: (order.index(p.method), p.scorer or "", p.k, p.delta or 0.0, p.m or 0))
         for p in sel:
             share = f"{100 * p.tokens / kw.tokens:.0f}%" if kw else ""
-            lines.append(f"| {BENCHMARKS[bench]} | {method_label(p)} | {_setting(p)} | {_point_n(p)} | "
-                         f"{_pct(p, 'answer_recall')} | {_pct(p, 'answer_recall_content')} | {p.tokens:.0f} "
-                         f"[{p.metric('tokens_ci_low'):.0f}, {p.metric('tokens_ci_high'):.0f}] | {share} |")  # fmt: skip
-    return "\n".join(lines) + "\n"
+            rows.append([BENCHMARKS[bench], method_label(p), _setting(p), _point_n(p), _pct(p, "answer_recall"),
+                         _pct(p, "answer_recall_content"),
+                         f"{p.tokens:.0f} [{p.metric('tokens_ci_low'):.0f}, {p.metric('tokens_ci_high'):.0f}]", share])  # fmt: skip
+    return md_table(head, rows)
 
 
 def _point_n(p: Point) -> str:
@@ -311,22 +313,21 @@ def _share(row: dict) -> str:
 
 
 def render_budgets(rows: Sequence[dict]) -> str:
-    lines = ["| benchmark | budget (chosen on) -> test token share | CANOPY fθ (δ): recall, tokens | vs flat at its "
-             "tokens: Δ recall | Δ w/o titles | vs keep-whole at fewer k: k, Δ recall | token ratio to that "
-             "keep-whole | verdict (flat / keep-whole) |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    head = ["benchmark", "budget (chosen on) -> test token share", "CANOPY fθ (δ): recall, tokens",
+            "vs flat at its tokens: Δ recall", "Δ w/o titles", "vs keep-whole at fewer k: k, Δ recall",
+            "token ratio to that keep-whole", "verdict (flat / keep-whole)"]  # fmt: skip
+    body = []
     for r in rows:
         c = r["canopy"]
         vf, vk = r.get("vs_flat"), r.get("vs_kw_fewer")
-        lines.append(
-            f"| {BENCHMARKS[r['benchmark']]} | {_budgets(r)} ({r['chosen_on']}) -> {_share(r)} | "
-            f"{100 * c.metric('answer_recall'):.1f} (δ = {c.delta:g}), {c.tokens:.0f} | "
-            f"{_ci(vf, 'answer_recall_diff') if vf else '-'} | "
-            f"{_ci(vf, 'answer_recall_content_diff') if vf and 'answer_recall_content_diff' in vf else '-'} | "
-            f"{_fewer(r)} | "
-            f"{_ratio(vk)} | "
-            f"{verdict(vf) if vf else '-'} / {verdict(vk) if vk else '-'} |"
-        )  # fmt: skip
-    return "\n".join(lines) + "\n"
+        body.append([
+            BENCHMARKS[r["benchmark"]], f"{_budgets(r)} ({r['chosen_on']}) -> {_share(r)}",
+            f"{100 * c.metric('answer_recall'):.1f} (δ = {c.delta:g}), {c.tokens:.0f}",
+            _ci(vf, "answer_recall_diff") if vf else "-",
+            _ci(vf, "answer_recall_content_diff") if vf and "answer_recall_content_diff" in vf else "-",
+            _fewer(r), _ratio(vk), f"{verdict(vf) if vf else '-'} / {verdict(vk) if vk else '-'}",
+        ])  # fmt: skip
+    return md_table(head, body)
 
 
 def chosen_on(op: dict, short: bool = False) -> str:
@@ -347,24 +348,24 @@ def _n(d: dict[str, float]) -> str:
 
 
 def render_operating(rows: Sequence[dict]) -> str:
-    lines = ["| benchmark | scorer | δ | chosen on | validation tokens / keep-whole | test n (measurable answer) | "
-             "answer recall (keep-whole) | Δ recall vs keep-whole k=5 | Δ w/o titles | test tokens / keep-whole |",
-             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    head = ["benchmark", "scorer", "δ", "chosen on", "validation tokens / keep-whole", "test n (measurable answer)",
+            "answer recall (keep-whole)", "Δ recall vs keep-whole k=5", "Δ w/o titles", "test tokens / keep-whole"]  # fmt: skip
+    body = []
     for r in rows:
         c, kw, d, op = r["canopy"], r["keep_whole"], r["vs_kw"], r["op"]
         val = (op.get("candidates") or {}).get(f"{c.delta:g}")
         at_op = r["label"] == "operating point"
         flag = " (no δ in band)" if at_op and op.get("in_band") is False else ""
         outside = "" if not at_op or BAND[0] <= d["token_ratio"] <= BAND[1] else " (outside 72-86%)"
-        lines.append(
-            f"| {BENCHMARKS[r['benchmark']]} | {r['scorer']} | {c.delta:g} ({r['label']}) | "
-            f"{chosen_on(op) if at_op else '-'} | {'-' if val is None else f'{100 * val:.0f}%'}{flag} | "
-            f"{_n(d)} | {100 * c.metric('answer_recall'):.1f} ({100 * kw.metric('answer_recall'):.1f}) | "
-            f"{_ci(d, 'answer_recall_diff')} | "
-            f"{_ci(d, 'answer_recall_content_diff') if 'answer_recall_content_diff' in d else '-'} | "
-            f"{100 * d['token_ratio']:.0f}% [{100 * d['token_ratio_ci_low']:.0f}, {100 * d['token_ratio_ci_high']:.0f}]{outside} |"
-        )  # fmt: skip
-    return "\n".join(lines) + "\n"
+        body.append([
+            BENCHMARKS[r["benchmark"]], r["scorer"], f"{c.delta:g} ({r['label']})", chosen_on(op) if at_op else "-",
+            f"{'-' if val is None else f'{100 * val:.0f}%'}{flag}", _n(d),
+            f"{100 * c.metric('answer_recall'):.1f} ({100 * kw.metric('answer_recall'):.1f})",
+            _ci(d, "answer_recall_diff"),
+            _ci(d, "answer_recall_content_diff") if "answer_recall_content_diff" in d else "-",
+            f"{100 * d['token_ratio']:.0f}% [{100 * d['token_ratio_ci_low']:.0f}, {100 * d['token_ratio_ci_high']:.0f}]{outside}",
+        ])  # fmt: skip
+    return md_table(head, body)
 
 
 STYLE = {  # method, scorer -> colour, line style, marker
@@ -436,9 +437,10 @@ def plot(points: Sequence[Point], chosen: dict[str, dict[str, dict]], path: Path
 
 def headline(budgets: Sequence[dict], operating: Sequence[dict], n_runs: int) -> str:
     """The README's short table: per benchmark, CANOPY fθ at the operating point and at each budget's δ."""
-    lines = ["| benchmark (test questions with a measurable answer) | keep-whole k=5: recall, tokens | CANOPY fθ at "
-             "the operating point: Δ recall vs keep-whole (δ, chosen on), test token share | CANOPY fθ vs flat at its "
-             "tokens: Δ recall at each budget's δ (test token share) |", "|---|---|---|---|"]  # fmt: skip
+    head = ["benchmark (test questions with a measurable answer)", "keep-whole k=5: recall, tokens",
+            "CANOPY fθ at the operating point: Δ recall vs keep-whole (δ, chosen on), test token share",
+            "CANOPY fθ vs flat at its tokens: Δ recall at each budget's δ (test token share)"]  # fmt: skip
+    rows = []
     for bench in BENCHMARKS:
         op = next((r for r in operating if r["benchmark"] == bench and r["scorer"] == "fθ"
                    and r["label"] == "operating point"), None)  # fmt: skip
@@ -452,9 +454,9 @@ def headline(budgets: Sequence[dict], operating: Sequence[dict], n_runs: int) ->
                        f"{chosen_on(op['op'])}), {100 * op['vs_kw']['token_ratio']:.0f}%")  # fmt: skip
         flat_cell = " / ".join(f"{_ci(r['vs_flat'], 'answer_recall_diff')} ({_share(r)})" for r in bs) or "-"
         n = _n((op or bs[0]).get("vs_kw") or bs[0]["vs_flat"])
-        lines.append(f"| {BENCHMARKS[bench]} ({n}) | {100 * kw.metric('answer_recall'):.1f}, "
-                     f"{kw.tokens:.0f} | {op_cell} | {flat_cell} |")  # fmt: skip
-    lines.append("")
+        rows.append([f"{BENCHMARKS[bench]} ({n})", f"{100 * kw.metric('answer_recall'):.1f}, {kw.tokens:.0f}",
+                     op_cell, flat_cell])  # fmt: skip
+    lines = [md_table(head, rows)]
     for bench in BENCHMARKS:
         bs = [r for r in budgets if r["benchmark"] == bench]
         if not bs:

@@ -29,6 +29,7 @@ if str(ROOT) not in sys.path:  # runnable from a source checkout without install
     sys.path.insert(0, str(ROOT))
 
 from canopy_lit.eval.evidence_stats import scored_records  # noqa: E402
+from canopy_lit.markdown import md_table  # noqa: E402
 from canopy_lit.metrics import paired_bootstrap_ci  # noqa: E402
 from canopy_lit.report.archive import ensure_unpacked  # noqa: E402
 
@@ -114,13 +115,11 @@ def render(root: Path, n_boot: int = 2000) -> str:
     for bench in sorted(data, key=lambda b: list(BENCH_NAMES).index(b) if b in BENCH_NAMES else 99):
         n, per, diffs = paired_rows(data[bench], n_boot)
         lines += [f"**{BENCH_NAMES.get(bench, bench)}** (n = {n} test questions answered by every system)", ""]
-        lines += ["| system | n | EM | F1 | Match | evidence tokens | LLM calls | prefilled tokens | s / question |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        lines += ["| " + " | ".join(r) + " |" for r in per]
+        head = ["system", "n", "EM", "F1", "Match", "evidence tokens", "LLM calls", "prefilled tokens", "s / question"]
+        lines.append(md_table(head, per).rstrip("\n"))
         if diffs:
-            lines += ["", "| paired difference (95% CI) | EM (points) | F1 (points) | Match (points) | evidence tokens |",
-                      "|---|---|---|---|---|"]
-            lines += ["| " + " | ".join(r) + " |" for r in diffs]
+            head = ["paired difference (95% CI)", "EM (points)", "F1 (points)", "Match (points)", "evidence tokens"]
+            lines += ["", md_table(head, diffs).rstrip("\n")]
         lines.append("")
     lines.append("`*`: the paired bootstrap CI (BCa, 2,000 resamples) excludes 0.")
     return "\n".join(lines) + "\n"
@@ -132,9 +131,9 @@ def render_summary(root: Path, n_boot: int = 2000) -> str:
     if not data:
         return f"_No paired runs under {Path(*root.parts[-3:]).as_posix()} yet: run `scripts/paired.sh`._\n"
     cols = [s for s in SYSTEMS if any(s in runs for runs in data.values())]
-    lines = ["| benchmark | n | " + " | ".join(f"F1 {SHORT.get(s, SYSTEMS[s].split(' (')[0])}" for s in cols)
-             + " | canopy δ = 0 - vanilla: F1 (points) | canopy δ = 0 - w/o projection: F1 | evidence tokens canopy / vanilla |",
-             "|---|---|" + "---|" * (len(cols) + 3)]  # fmt: skip
+    head = ["benchmark", "n", *(f"F1 {SHORT.get(s, SYSTEMS[s].split(' (')[0])}" for s in cols),
+            "canopy δ = 0 - vanilla: F1 (points)", "canopy δ = 0 - w/o projection: F1", "evidence tokens canopy / vanilla"]  # fmt: skip
+    rows = []
     for bench in sorted(data, key=lambda b: list(BENCH_NAMES).index(b) if b in BENCH_NAMES else 99):
         runs = data[bench]
         n, per, diffs = paired_rows(runs, n_boot)
@@ -146,7 +145,8 @@ def render_summary(root: Path, n_boot: int = 2000) -> str:
         vs_van = diff.get(f"{SHORT['canopy']} - vanilla", ["", "", "-"])[2]
         vs_kw = diff.get(f"{SHORT['canopy']} - canopy w/o projection", ["", "", "-"])[2]
         tokens = f"{shown[SYSTEMS['canopy']][5]} / {shown[SYSTEMS['vanilla']][5]}" if {SYSTEMS["canopy"], SYSTEMS["vanilla"]} <= set(shown) else "-"
-        lines.append(f"| {BENCH_NAMES.get(bench, bench)} | {n} | " + " | ".join(f1) + f" | {vs_van} | {vs_kw} | {tokens} |")
+        rows.append([BENCH_NAMES.get(bench, bench), str(n), *f1, vs_van, vs_kw, tokens])
+    lines = [md_table(head, rows).rstrip("\n")]
     lines += ["", "<sub>n = test questions answered by every system shown; paired bootstrap 95% CIs (BCa), `*`: excludes 0. "
               "Every system, EM, Match, LLM calls, prefilled tokens and seconds per question: "
               "[experiments/README.md](experiments/README.md#paired-end-to-end-comparison-the-readmes-main-table).</sub>"]
@@ -236,13 +236,12 @@ def render_tokens(root: Path, frontier_runs: Path) -> str:
     rows = token_rows(root, frontier_runs)
     if not rows:
         return "_No operating-point runs with a keep-whole loop and a frontier run to compare yet._\n"
+    head = ["benchmark", "n", "δ", "rounds (op / keep-whole)", "retrieved item tokens (op / keep-whole)",
+            "loop items from the benchmark's own corpus", "share kept in the loop (round 1 / all rounds)",
+            "share kept in the loop: items the frontier also retrieved / other items (items)",
+            "share kept on the frontier (one round)", "evidence tokens (op / keep-whole)"]  # fmt: skip
     lines = [
-        "| benchmark | n | δ | rounds (op / keep-whole) | retrieved item tokens (op / keep-whole) "
-        "| loop items from the benchmark's own corpus | share kept in the loop (round 1 / all rounds) "
-        "| share kept in the loop: items the frontier also retrieved / other items (items) "
-        "| share kept on the frontier (one round) | evidence tokens (op / keep-whole) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-        *("| " + " | ".join(r) + " |" for r in rows),
+        md_table(head, rows).rstrip("\n"),
         "",
         "<sub>op: canopy at the operating point; n: test questions in both loop runs and the frontier's run "
         "of the same δ and adapter. Shares are ratios of sums over those questions (delivered tokens / "

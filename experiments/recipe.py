@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from canopy_lit.markdown import md_table  # noqa: E402
 from canopy_lit.metrics import paired_ratio_bootstrap_ci  # noqa: E402
 from canopy_lit.report.archive import ensure_unpacked  # noqa: E402
 from experiments.paired import replace_block  # noqa: E402
@@ -78,9 +79,7 @@ def render(runs: Path) -> str:
         return "_No recipe runs yet._\n"
     head = ["run", "overrides", "val acc (select)", "test in-domain f0 → fθ", "test zero-shot (TAT-QA) f0 → fθ",
             "stop f0 → fθ", "descend f0 → fθ", *(f"Δ {b}" for b in BENCHES), "steps"]  # fmt: skip
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
+    return md_table(head, rows)
 
 
 def probe_table(probes: Path) -> str:
@@ -99,8 +98,7 @@ def probe_table(probes: Path) -> str:
         return "_No probe runs yet._\n"
     head = ["benchmark", "scorer", "questions", "decision acc", "stop acc", "gold recall",
             "kept-token ratio (gold)", "kept-token ratio (distractors)"]  # fmt: skip
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
+    return md_table(head, rows)
 
 
 def probe_plot(probes: Path, out: Path) -> Path | None:
@@ -268,15 +266,16 @@ def selection_table(grid: Sequence[dict], benches: Sequence[str] = SELECT_BENCHE
     head = ["scorer", "δ", "decision acc (n)", "stop acc (n)",
             *(f"{b} gold recall / kept-token ratio" for b in benches), "recall ≥ f0", "and ratio ≤ 0.55",
             *(f"{b} recall − f0 [90% CI]" for b in benches), "rule (c)"]  # fmt: skip
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for g in grid:
         (acc, n), (stop, ns) = g["acc"], g["stop"]
-        lines.append("| " + " | ".join([
+        rows.append([
             g["scorer"], f"{g['delta']:g}", f"{_pct(acc)} ({n})", f"{_pct(stop)} ({ns})",
             *(f"{_pct(g['recall'][b])} / {g['ratio'][b]:.3f}" for b in benches),
             "yes" if g["keeps_recall"] else "no", "yes" if g["meets_tokens"] else "no",
             *(_ci_cell(g["recall_ci"].get(b)) for b in benches), "yes" if g["margin_ok"] else "no",
-        ]) + " |")  # fmt: skip
+        ])  # fmt: skip
+    lines = [md_table(head, rows).rstrip("\n")]
     for rule, label in RULES.items() if rules else ():
         g = select(grid, rule)
         lines.append(f"\nSelected on validation by {label}: "
@@ -309,7 +308,7 @@ def paired_test_table(runs: Sequence[dict], f0_runs: Sequence[dict], alpha: floa
     decision accuracy, gold recall and kept-token ratio, per benchmark."""
     f0 = {(r["benchmark"], r["split"]): r for r in f0_runs if r["scorer"] == "f0" and r["delta"] == 0.0}
     head = ["benchmark", "scorer", "δ", "questions", "decision acc − f0", "gold recall − f0", "kept-token ratio − f0 (×100)"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for r in sorted(runs, key=lambda r: (r["benchmark"], r["scorer"], r["delta"])):
         base = f0.get((r["benchmark"], r["split"]))
         if r["scorer"] == "f0" or base is None:
@@ -318,8 +317,8 @@ def paired_test_table(runs: Sequence[dict], f0_runs: Sequence[dict], alpha: floa
         if a is None or b is None:
             continue
         cells = [_ci_cell(paired_diff(a, b, k, alpha)) for k in ("acc", "recall", "ratio")]
-        lines.append(f"| {r['benchmark']} | {r['scorer']} | {r['delta']:g} | {len(a)} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+        rows.append([r["benchmark"], r["scorer"], f"{r['delta']:g}", str(len(a)), *cells])
+    return md_table(head, rows)
 
 
 def choose_margin(runs: Sequence[dict], scorer: str, split: str = "val", benches: Sequence[str] = SELECT_BENCHES) -> float | None:
@@ -336,16 +335,16 @@ def margin_table(runs: Sequence[dict]) -> str:
         return "_No δ-sweep runs yet._\n"
     head = ["benchmark", "split", "scorer", "δ", "questions", "decision acc", "stop acc", "descend acc", "gold recall",
             "kept-token ratio (gold)", "kept-token ratio (distractors)"]  # fmt: skip
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for r in sorted(runs, key=lambda r: (r["benchmark"], r["split"] != "val", r["scorer"], r["delta"])):
         m = r["m"]
-        lines.append("| " + " | ".join([
+        rows.append([
             r["benchmark"], r["split"], r["scorer"], f"{r['delta']:g}", f"{m.get('probe/n_questions', 0):.0f}",
             _pct(m.get("probe/decision_accuracy")), _pct(m.get("probe/decision_accuracy/stop")),
             _pct(m.get("probe/decision_accuracy/descend")), _pct(m.get("probe/gold_recall")),
             f"{m.get('probe/kept_token_ratio', float('nan')):.3f}", f"{m.get('probe/distractor_kept_token_ratio', float('nan')):.3f}",
-        ]) + " |")  # fmt: skip
-    return "\n".join(lines) + "\n"
+        ])  # fmt: skip
+    return md_table(head, rows)
 
 
 def margin_plot(runs: Sequence[dict], out: Path, split: str = "val", only: Sequence[str] | None = None) -> Path | None:

@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from canopy_lit.markdown import md_table
+
 ROOT = Path(__file__).resolve().parents[1]
 # What the quickstart's duration and adapter depend on: the script and its training recipe.
 HASHED = ("scripts/quickstart.sh", "configs/experiment/quickstart.yaml")
@@ -197,9 +199,7 @@ def table(record_path: Path) -> str:
         f"in all, {r['steps_trained']} training steps, peak RSS {r['peak_rss_mb']} MB, adapter sha256 "
         f"`{r['adapter_sha256']}`.",
         "",
-        "| step | wall time |",
-        "|---|---|",
-        *(f"| {t['step']} | {_minutes(t['seconds'])} |" for t in r["wall_seconds_per_step"]),
+        md_table(["step", "wall time"], [[t["step"], _minutes(t["seconds"])] for t in r["wall_seconds_per_step"]]).rstrip(),
         "",
         "Bound to " + ", ".join(f"`{p}` sha256 `{h[:12]}`" for p, h in r["sha256"].items()) + ".",
     ]

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from canopy_lit.eval.records import plain_config, run_axes
+from canopy_lit.markdown import md_table
 from canopy_lit.metrics import (
     bootstrap_ci,
     choice_accuracy,
@@ -181,6 +182,4 @@ def markdown_table(rows: list[Mapping[str, Any]], columns: list[str], setting: s
         return "" if v is None else str(v)
 
     head = f"{setting}\n\n" if setting else ""
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]
-    return head + "\n".join(lines) + "\n"
+    return head + md_table(columns, [[cell(r.get(c)) for c in columns] for r in rows])

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from canopy_lit.markdown import md_table
+
 PREDICTIONS = "predictions.jsonl"
 
 LEGEND = (
@@ -63,14 +65,14 @@ def answers_table(runs: Mapping[str, str | Path], width: int = 60) -> str:
     by_id = {name: {str(r.get("id")): r for r in recs} for name, recs in records.items()}
     first = next(iter(records.values()))
     head = ["question", "gold"] + [c for name in runs for c in (name, f"{name} tokens")]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for q in first:
         qid = str(q.get("id"))
         cells = [_cell(q.get("question", ""), width), _cell(" / ".join(map(str, q.get("answers") or [])), 30)]
         for name in runs:
             cells.extend(_answer(by_id[name].get(qid), width))
-        lines.append("| " + " | ".join(cells) + " |")
-    lines.append("")
+        rows.append(cells)
+    lines = [md_table(head, rows)]
     for name, recs in records.items():
         lines.append(f"- {name}: {summary_line(recs)}")
     return "\n".join(lines) + "\n"

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from canopy_lit.markdown import md_table
 from canopy_lit.report.runs import Run, evidence_label, group_studies, label_value
 
 
@@ -351,12 +352,6 @@ def fmt(name: str, v: Any) -> str:
 def _ci(row: Mapping[str, Any], name: str) -> str:
     lo, hi = (fmt(name, row.get(f"{name}_ci_{end}")) for end in ("low", "high"))
     return f"[{lo}, {hi}]" if lo and hi else ""
-
-
-def md_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for cells in body]
-    return "\n".join(lines) + "\n"
 
 
 def _count(v: Any) -> float:

@@ -148,7 +148,7 @@ def test_evaluate_cli_exits_2_with_every_problem_before_any_work(tmp_path: Path)
     assert lines == [
         "evaluate.py: error: unknown config key loop.max_round (did you mean loop.max_rounds?)",
         "evaluate.py: error: retrieval.k must be an integer >= 1, got 0 "
-        "(method=canopy retrieves; only no_retrieval may use 0)",
+        "(method=canopy retrieves; only a method with method.retrieves=false may use 0)",
         "evaluate.py: error: tree.branching must be an integer >= 2, got 'two'",
     ]
     assert "Traceback" not in out.stderr + out.stdout
