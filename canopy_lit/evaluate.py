@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.progress import track
 from rich.table import Table as RichTable
 
+from canopy_lit.config_tree import EVAL_ORDER, print_config_tree
 from canopy_lit.data.shards import Shard
 from canopy_lit.data.splits import eval_split_problem
 from canopy_lit.eval.evidence import evidence_outputs, run_evidence
@@ -259,6 +260,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
     split_problem = eval_split_problem(cfg)  # an adapter tested on questions it trained on
     if split_problem is not None:
         raise ConfigError([split_problem])
+    print_config_tree(cfg, EVAL_ORDER)
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
     with RunLock(output_dir(cfg)):  # a second evaluation into this folder must not redo (and double) every question

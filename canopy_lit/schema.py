@@ -69,6 +69,7 @@ class EvalSchema:
     threads: int | None = knob(None, ge=1)
     retry_failed: bool = False
     progress: bool = True
+    print_config: bool = True  # the composed config tree at start (canopy_lit.config_tree)
     max_consecutive_failures: int = knob(5, ge=0)
     resume: str = knob("auto", choices=("auto", "force"))  # canopy_lit.evaluate.claim_run_folder
     shard: Any = None  # "I/N": one of N parts of the questions (checked by canopy_lit.data.shards)
@@ -267,6 +268,7 @@ class TrainSchema:
     test: bool = True
     threads: int | None = knob(None, ge=1)
     test_threads: int | None = knob(None, ge=1)
+    print_config: bool = True  # the composed config tree at start (canopy_lit.config_tree)
     # what train.py returns to Hydra sweepers: the best or the last validation score, never a test score
     optimized_metric: str = knob("val/best_decision_accuracy", choices=("val/best_decision_accuracy", "val/decision_accuracy"))
 

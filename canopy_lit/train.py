@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 
+from canopy_lit.config_tree import TRAIN_ORDER, print_config_tree
 from canopy_lit.data.splits import record_adapter_split
 from canopy_lit.io import atomic_dir, atomic_write_text
 from canopy_lit.redaction import redact_config, redacted_argv
@@ -333,6 +334,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
             a finished test only (``ckpt_path=last`` completes the run).
     """
     exit_if_invalid(cfg, check_train_run)  # before any work: bad knobs, absent weights or extras exit 2
+    print_config_tree(cfg, TRAIN_ORDER)
     start = time.time()
     out_dir = Path(cfg.paths.output_dir)
     force = cfg.get("resume", "auto") == "force"

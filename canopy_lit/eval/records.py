@@ -519,7 +519,7 @@ SETTINGS_FILE = "settings.json"
 # Config keys (or whole groups) that never change a record: how fast, how many, where, and post hoc
 # judging. Every other key of the resolved config is a setting, so a key added later is one too.
 ANSWER_NEUTRAL_KEYS = frozenset({
-    "threads", "concurrency", "progress", "limit", "retry_failed", "max_consecutive_failures", "resume",
+    "threads", "concurrency", "progress", "print_config", "limit", "retry_failed", "max_consecutive_failures", "resume",
     "shard",  # which part of the questions ran (run.json names it; canopy_lit.eval.shards)
     "judge",  # verdicts go to judgements.jsonl, never into the records
     "study",  # a label for reports
