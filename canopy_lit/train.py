@@ -396,6 +396,9 @@ def _run(cfg: DictConfig, out_dir: Path, start: float, sigterm: SigtermStop, pro
     # The data is checked before the encoder loads: a resume on other data or an empty split fails in
     # seconds, not after loading the model or fitting.
     datamodule = instantiate(cfg.datamodule, _convert_="all")
+    pooling = OmegaConf.select(cfg, "encoder.node_pooling", default=None) or "node"
+    if pooling != "node":  # late: the examples name each node's place in its item, batches carry the items
+        datamodule.set_node_pooling(pooling)
     ckpt_path = _resolve_ckpt(cfg.get("ckpt_path"), out_dir)
     _check_resume(ckpt_path, datamodule)
     datamodule.setup("fit")
@@ -404,7 +407,8 @@ def _run(cfg: DictConfig, out_dir: Path, start: float, sigterm: SigtermStop, pro
     encoder = instantiate(cfg.encoder, device="cpu")  # Lightning places it (each DDP rank on its own GPU)
     model = instantiate(cfg.model, encoder=encoder, _convert_="all")
     # each split is pre-tokenised when its loader is built: the test split's ids are not held through fit
-    datamodule.set_tokenizer(encoder.tokenize, pretokenize=False)
+    late = encoder.late_tokenize if getattr(datamodule, "late", False) else None
+    datamodule.set_tokenizer(encoder.tokenize, pretokenize=False, **({"late": late} if late else {}))
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c and "_target_" in c]
     _say_disabled_overrides(cfg)
     # a logger's name and hyperparameters leave the process (W&B, hparams.yaml): secrets redacted

@@ -3,13 +3,30 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning_utilities.core.apply_func import apply_to_collection
 
+from canopy_lit.encoders.late import LateItem
 from canopy_lit.supervision import PairKind
+
+
+class LateNodes(NamedTuple):
+    """What a late-pooling batch (``encoder.node_pooling=late|late_region``) carries to pool its node inputs
+    from whole-item forwards (``NodeEncoder.late_embed``) instead of encoding each node alone.
+
+    Attributes:
+        items: (I,) the distinct items of the batch's nodes, tokenised once (``late_tokenize``: windows of
+            token ids, token offsets, where each token is read).
+        node_item: (U,) long, row in ``items`` of each distinct node input's item.
+        node_spans: (U,) each node's character ranges of its item's text (``Hierarchy.node_spans``).
+    """
+
+    items: list[LateItem]
+    node_item: torch.Tensor
+    node_spans: list[list[tuple[int, int]]]
 
 
 @dataclass
@@ -35,11 +52,15 @@ class PreferenceBatch:
         stop: (N,) bool, v is fully gold (its pairs are v ≻ every child: refinement keeps v whole).
         question_ids: (N,) question id of each instance.
         item_ids: (N,) gold item id of each instance.
-        node_keys: (U,) (text, ((frame path, t), ...)) of each distinct node when some node has frames,
-            else None: visual nodes may share a text, so the eval embedding cache keys on these.
+        node_keys: (U,) (text, ((frame path, t), ...)) of each distinct node when some node has frames, (item key,
+            node id) with late pooling, else None: visual nodes may share a text, and a late node's embedding
+            depends on its item, so the eval embedding cache keys on these.
         node_tokens: tokenised node inputs, name -> (U, L) tensors (plus pixel tensors for visual nodes);
             None when the collate has no tokenizer.
         query_tokens: tokenised questions, name -> (Q, L) tensors; None without a tokenizer.
+        late: with late pooling, the items and node spans the node embeddings are pooled from (``node_tokens``
+            is None then, and ``node_keys`` are (item key, node id): one text may be two nodes in two items);
+            None with per-node pooling.
     """
 
     node_texts: list[str]
@@ -56,6 +77,7 @@ class PreferenceBatch:
     node_keys: list[Any] | None = None
     node_tokens: dict[str, torch.Tensor] | None = None
     query_tokens: dict[str, torch.Tensor] | None = None
+    late: LateNodes | None = None
 
     def __len__(self) -> int:
         return len(self.question_ids)

@@ -23,7 +23,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, SequentialSampler
 
-from canopy_lit.data.batch import PreferenceBatch
+from canopy_lit.data.batch import LateNodes, PreferenceBatch
 from canopy_lit.data.benchmark import load_benchmark
 from canopy_lit.data.splits import carve_val, split_questions
 from canopy_lit.encoders.base import EncoderInput
@@ -42,6 +42,7 @@ SPLITS = ("train", "val", "test")
 # numbers remain comparable with runs trained without them.
 HARD_NEGATIVE_SPLITS = ("train",)
 REAL_PAIR_KINDS = frozenset(PairKind) - {PairKind.PADDING}
+NODE_POOLINGS = ("node", "late", "late_region")  # = canopy_lit.encoders.text.NODE_POOLINGS
 
 
 @dataclass
@@ -61,17 +62,32 @@ class Example:
     question_id: str = ""
     item_id: str = ""
     stop: bool = False  # v fully gold: refinement should keep it whole (else descend)
+    # late pooling only: (item key, node id) of each input, its node in its item's tree (``render_instance``)
+    nodes: list[tuple[str, int]] | None = None
 
     @property
     def texts(self) -> list[str]:
         return [x.text for x in self.inputs]
 
 
+def item_key(benchmark_id: int, tree: Tree) -> str:
+    """The key of a tree's item in a datamodule (late pooling): benchmark id and item id."""
+    return f"{benchmark_id}:{tree.item.id}"
+
+
 def render_instance(
-    inst: Instance, hierarchy: Hierarchy, benchmark_id: int, input_cache: dict | None = None
+    inst: Instance,
+    hierarchy: Hierarchy,
+    benchmark_id: int,
+    input_cache: dict | None = None,
+    item_spans: dict[str, tuple[str, list[list[tuple[int, int]]]]] | None = None,
 ) -> Example:
     """Node inputs of v, its children and its hard negatives (``hierarchy.node_input``, as inference)
-    plus the re-indexed pairs: P(v) first, then gold node ≻ hard negative."""
+    plus the re-indexed pairs: P(v) first, then gold node ≻ hard negative.
+
+    ``item_spans`` (late pooling): each input's (item key, node id) goes into ``Example.nodes`` and each
+    item's text and node ranges (``hierarchy.node_spans``, once per item) into ``item_spans``.
+    """
     tree = inst.tree
 
     def render(t: Tree, n: int) -> NodeInput:
@@ -89,6 +105,15 @@ def render_instance(
     inputs = [render(tree, n) for n in ids] + [render(t, n) for t, n in inst.hard_negatives]
     pairs = [(local[a], local[b]) for a, b in inst.pairs]
     hard = [(local[g], len(ids) + k) for g, k in inst.hard_pairs]
+    nodes = None
+    if item_spans is not None:
+        owners = [(tree, n) for n in ids] + list(inst.hard_negatives)
+        nodes = []
+        for t, n in owners:
+            key = item_key(benchmark_id, t)
+            if key not in item_spans:
+                item_spans[key] = hierarchy.node_spans(t)
+            nodes.append((key, int(n)))
     return Example(
         inst.question,
         inputs,
@@ -99,6 +124,7 @@ def render_instance(
         inst.question_id,
         tree.item.id,
         inst.stop,
+        nodes,
     )
 
 
@@ -246,12 +272,44 @@ class PreferenceCollate:
 
     Tokens come from a cache filled once per dataset (:meth:`pretokenize`), so a batch only pads and
     stacks id lists; inputs missing from the cache (visual nodes, ad-hoc examples) are tokenised here.
+
+    Late pooling (examples with ``nodes``): nodes are told apart by (item key, node id), and the batch carries
+    the distinct items, each tokenised once per dataset by ``late_tokenize`` (the encoder's), and each node's
+    character ranges from ``items`` (item key -> text and node ranges, filled by ``render_instance``) instead
+    of node tokens.
     """
 
-    def __init__(self, tokenize: Tokenize | None = None) -> None:
+    def __init__(self, tokenize: Tokenize | None = None, late_tokenize: Callable[[Sequence[str]], list[Any]] | None = None) -> None:
         self.tokenize = tokenize
         self.cache: dict[str, dict[str, torch.Tensor]] = {}  # text -> unpadded (L,) ids per tokenizer key
         self.pad_values: dict[str, int] = {}
+        self.late_tokenize = late_tokenize
+        self.items: dict[str, tuple[str, list[list[tuple[int, int]]]]] = {}  # item key -> text, node ranges
+        self.late_cache: dict[str, Any] = {}  # item key -> LateItem
+
+    def pretokenize_items(self, keys: Sequence[str], chunk: int = 256) -> int:
+        """Late-tokenise the items ``keys`` not tokenised yet; returns how many were added."""
+        if self.late_tokenize is None:
+            return 0
+        todo = list(dict.fromkeys(k for k in keys if k not in self.late_cache))
+        for b in range(0, len(todo), chunk):
+            part = todo[b : b + chunk]
+            for k, plan in zip(part, self.late_tokenize([self.items[k][0] for k in part]), strict=True):
+                self.late_cache[k] = plan
+        return len(todo)
+
+    def late_nodes(self, node_refs: Sequence[tuple[str, int]]) -> LateNodes:
+        """The batch's items (first-seen order) and each node's item row and ranges."""
+        if self.late_tokenize is None:
+            raise ValueError("late pooling needs the encoder's late_tokenize: datamodule.set_tokenizer(..., late=...)")
+        keys = list(dict.fromkeys(k for k, _ in node_refs))
+        self.pretokenize_items(keys)
+        row = {k: i for i, k in enumerate(keys)}
+        return LateNodes(
+            items=[self.late_cache[k] for k in keys],
+            node_item=torch.tensor([row[k] for k, _ in node_refs], dtype=torch.long),
+            node_spans=[[tuple(r) for r in self.items[k][1][n]] for k, n in node_refs],
+        )
 
     def pretokenize(self, inputs: Sequence[EncoderInput], chunk: int = 512) -> int:
         """Tokenise every distinct text-only input once into unpadded (L,) id rows; returns how many were added.
@@ -300,10 +358,13 @@ class PreferenceCollate:
         loser = torch.zeros(n, p, dtype=torch.long)
         pair_kind = torch.full((n, p), PairKind.PADDING, dtype=torch.long)
         qidx = torch.empty(n, dtype=torch.long)
+        late = any(e.nodes is not None for e in examples)
+        if late and not all(e.nodes is not None for e in examples):
+            raise ValueError("a batch mixes examples rendered for late pooling (with nodes) and per-node ones")
         for i, e in enumerate(examples):
             rows = []
-            for x in e.inputs:
-                k = _key(x)
+            for j, x in enumerate(e.inputs):
+                k = e.nodes[j] if late else _key(x)  # late: a node is its place in its item, not its text
                 if k not in node_row:
                     node_row[k] = len(node_inputs)
                     node_inputs.append(x)
@@ -319,14 +380,19 @@ class PreferenceCollate:
         node_texts = [x.text for x in node_inputs]
         query_texts = list(query_row)
         node_keys = None
-        if any(x.frames for x in node_inputs):  # text-only batches: the texts are the keys
+        late_nodes = None
+        if late:
+            node_keys = list(node_row)
+            late_nodes = self.late_nodes(node_keys)
+        elif any(x.frames for x in node_inputs):  # text-only batches: the texts are the keys
             # (path, t) tuples, not Frames: Lightning's batch transfer rejects frozen dataclasses.
             node_keys = [
                 (x.text, tuple((f.path, f.t) for f in x.frames)) if x.frames else x.text for x in node_inputs
             ]
         node_tokens = query_tokens = None
         if self.tokenize is not None:
-            node_tokens = self.tokens(node_texts if node_keys is None else node_inputs)
+            if not late:  # late: nodes are pooled from their items' tokens
+                node_tokens = self.tokens(node_texts if node_keys is None else node_inputs)
             query_tokens = self.tokens(query_texts)
         return PreferenceBatch(
             node_texts=node_texts,
@@ -343,6 +409,7 @@ class PreferenceCollate:
             node_keys=node_keys,
             node_tokens=node_tokens,
             query_tokens=query_tokens,
+            late=late_nodes,
         )
 
 
@@ -417,6 +484,10 @@ class PreferenceDataModule(L.LightningDataModule):
         hard_negatives: n > 0 adds, to every train instance, n nodes of its question's distractor items
             (delivered, not gold) that each gold node of {v} ∪ children(v) must beat in the loss
             (``supervision.add_hard_negatives``); never in val / test, never in decision accuracy.
+        node_pooling: the encoder's ``node_pooling`` (``train.py`` sets it from ``encoder.node_pooling``).
+            ``late`` / ``late_region``: batches carry each node's item (tokenised once, ``LateNodes``) and its
+            character ranges, so the module pools it from one whole-item forward, as inference does; ``node``:
+            node tokens, each node encoded alone.
     """
 
     def __init__(
@@ -435,8 +506,11 @@ class PreferenceDataModule(L.LightningDataModule):
         group_by_item: bool = False,
         hard_negatives: int = 0,
         split_seed: int = 0,
+        node_pooling: str = "node",
     ) -> None:
         super().__init__()
+        self.node_pooling = "node"
+        self.set_node_pooling(node_pooling)
         if int(hard_negatives) < 0:
             raise ValueError(f"datamodule.hard_negatives must be >= 0, got {hard_negatives}")
         in_domain, zero = _named(benchmarks), _named(zero_shot)
@@ -478,13 +552,32 @@ class PreferenceDataModule(L.LightningDataModule):
         self._train_epoch = 0  # restored from a checkpoint before the train sampler exists
 
     # --------------------------------------------------------------- wiring
-    def set_tokenizer(self, tokenize: Tokenize, pretokenize: bool = True) -> None:
+    @property
+    def late(self) -> bool:
+        """Late pooling: batches carry items and node spans (``node_pooling`` late or late_region)."""
+        return self.node_pooling != "node"
+
+    def set_node_pooling(self, node_pooling: str) -> None:
+        """The encoder's node pooling, before :meth:`setup` renders the examples (they differ: late examples
+        name each node's place in its item)."""
+        if node_pooling not in NODE_POOLINGS:
+            raise ValueError(f"node_pooling must be one of {', '.join(NODE_POOLINGS)}, got {node_pooling!r}")
+        if getattr(self, "examples", None) and (node_pooling != "node") != self.late:
+            raise RuntimeError("set the node pooling before setup(): the examples are rendered for the other one")
+        self.node_pooling = node_pooling
+
+    def set_tokenizer(self, tokenize: Tokenize, pretokenize: bool = True, late: Callable[[Sequence[str]], list[Any]] | None = None) -> None:
         """The encoder's tokenizer; collate output then carries token tensors (ids cached per dataset).
 
         ``pretokenize``: tokenise the loaded splits now; False leaves each split to its first loader
         (``train.py``: the test split's tokens are not held through fit). The ids are the same either way.
+        ``late``: the encoder's ``late_tokenize``, which late pooling tokenises each item with.
         """
         self.collate.tokenize = tokenize
+        if late is not None:
+            self.collate.late_tokenize = late
+        elif self.late:
+            raise ValueError(f"node_pooling={self.node_pooling} needs the encoder's late_tokenize (set_tokenizer(..., late=))")
         if pretokenize:
             self.pretokenize()
 
@@ -493,13 +586,17 @@ class PreferenceDataModule(L.LightningDataModule):
         if self.collate.tokenize is None or not self.examples:
             return 0
         inputs: list[EncoderInput] = []
+        items: list[str] = []
         for split, examples in self.examples.items():
             if splits is not None and split not in splits:
                 continue
             for e in examples:
                 inputs.append(e.question)
-                inputs.extend(e.inputs)
-        added = self.collate.pretokenize(inputs)
+                if e.nodes is not None:  # late: the items, not the node texts
+                    items.extend(k for k, _ in e.nodes)
+                else:
+                    inputs.extend(e.inputs)
+        added = self.collate.pretokenize(inputs) + self.collate.pretokenize_items(items)
         if added:
             log.info("pre-tokenised %d distinct texts%s", added, f" ({', '.join(splits)})" if splits else "")
         return added
@@ -516,8 +613,9 @@ class PreferenceDataModule(L.LightningDataModule):
         dm = cls(benchmarks=list(benchmarks), branching=branching, **kwargs)
         ids = {b: i for i, b in enumerate(dm.benchmark_names)}
         cache: dict = {}
+        spans = dm.collate.items if dm.late else None
         dm.examples = {
-            s: [render_instance(x, dm.hierarchy, ids.get(x.benchmark, 0), cache) for x in insts]
+            s: [render_instance(x, dm.hierarchy, ids.get(x.benchmark, 0), cache, spans) for x in insts]
             for s, insts in splits.items()
         }
         dm.pretokenize()
@@ -559,7 +657,8 @@ class PreferenceDataModule(L.LightningDataModule):
                     k = add_hard_negatives(insts, qs, bench.candidates, bench.items, self.hierarchy, self.hard_negatives, trees)
                     log.info("%s %s: %d hard-negative nodes on %d instances", name, s, k, len(insts))
                 self.stats[name][s] = st
-                out[s].extend(render_instance(x, self.hierarchy, b_id, input_cache) for x in insts)
+                spans = self.collate.items if self.late else None
+                out[s].extend(render_instance(x, self.hierarchy, b_id, input_cache, spans) for x in insts)
             log.info(
                 "%s: %s",
                 name,
@@ -682,6 +781,8 @@ class PreferenceDataModule(L.LightningDataModule):
             "val_fraction": self.val_fraction,
             "group_by_item": self.group_by_item,
             "hard_negatives": self.hard_negatives,
+            # late batches carry items, not node texts; left out at "node", so older checkpoints still resume
+            **({"node_pooling": self.node_pooling} if self.late else {}),
         }
 
     @property

@@ -94,6 +94,12 @@ def adapter_scale_of(adapter: str | Path | None, adapter_scale: float) -> float:
     return scale
 
 
+def adapter_node_pooling(meta: dict[str, Any]) -> str:
+    """The ``node_pooling`` an adapter was trained with, from its fingerprint (``node`` when the fingerprint
+    predates the key: training went through per-node forwards only then)."""
+    return str(meta.get("node_pooling") or "node")
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
@@ -268,6 +274,14 @@ class NodeEncoder(ABC, nn.Module):
                 f"no {FINGERPRINT_FILE}), this encoder is {self.name!r}: load it with that backbone"
             )
         self._check_adapter_weights(path, base, config)
+        if meta is not None:
+            trained = adapter_node_pooling(meta)
+            if trained != self.node_pooling:
+                log.warning(
+                    "%s: the adapter was trained with encoder.node_pooling=%s but is loaded with node_pooling=%s: "
+                    "its node embeddings are formed otherwise than in training; evaluate it with "
+                    "encoder.node_pooling=%s", path, trained, self.node_pooling, trained,
+                )  # fmt: skip
         for p in self.model.parameters():  # the backbone never trains; the adapter only when asked
             p.requires_grad_(False)
         self.model = PeftModel.from_pretrained(self.model, str(path), is_trainable=trainable)
@@ -365,6 +379,9 @@ class NodeEncoder(ABC, nn.Module):
             "encoder": type(self).__name__,
             # part of the backbone hash: ``load_encoder(backbone, adapter=DIR)`` adopts it when not given
             "max_seq_length": getattr(self, "max_seq_length", None),
+            # how node embeddings were formed in training (late: pooled from whole-item forwards); load_adapter
+            # warns when an encoder with another pooling loads it
+            "node_pooling": self.node_pooling,
         }
         (path / FINGERPRINT_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         return path
@@ -441,6 +458,16 @@ class NodeEncoder(ABC, nn.Module):
         """Late-chunked node embeddings: per (item text, per-node character ranges), an (n_nodes, D) tensor.
 
         Only encoders with token offsets implement it (``TextEncoder``)."""
+        raise NotImplementedError(f"{type(self).__name__} has no late-chunked node pooling (encoder.node_pooling=late)")
+
+    def late_tokenize(self, texts: Sequence[str]) -> list[Any]:
+        """Item texts tokenised for ``late_embed`` (training batches of a late-pooling datamodule carry them).
+
+        Only encoders with token offsets implement it (``TextEncoder``)."""
+        raise NotImplementedError(f"{type(self).__name__} has no late-chunked node pooling (encoder.node_pooling=late)")
+
+    def late_embed(self, items: Sequence[Any], spans: Sequence[Sequence[Sequence[tuple[int, int]]]], grad: bool = False) -> list[torch.Tensor]:
+        """Late-chunked node embeddings of ``late_tokenize``'d items, one (n_nodes, D) tensor per item."""
         raise NotImplementedError(f"{type(self).__name__} has no late-chunked node pooling (encoder.node_pooling=late)")
 
     def score(self, query: str, nodes: Sequence[EncoderInput]) -> torch.Tensor:

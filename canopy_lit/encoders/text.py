@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from canopy_lit.adapters import resolve_adapter
 from canopy_lit.encoders.base import EncoderInput, NodeEncoder, adapter_scale_of, backbone_hash, input_text
 from canopy_lit.encoders.fingerprint import adapter_max_seq_length
+from canopy_lit.encoders.late import LateItem, pool_spans
 
 MINILM = "all-MiniLM-L6-v2"
 MPNET = "all-mpnet-base-v2"
@@ -233,6 +234,68 @@ class TextEncoder(NodeEncoder):
         lead = next(i for i in range(len(full) - len(bare) + 1) if full[i : i + len(bare)] == bare)
         return full[:lead], full[lead + len(bare) :]
 
+    def late_tokenize(self, texts: Sequence[str]) -> list[LateItem]:
+        """Each item text tokenised once for late chunking: its windows of ``max_seq_length`` tokens (special
+        tokens included; ``window_plan``'s overlapping windows when it is longer), its tokens' character
+        offsets and where each token's state is read (:class:`~canopy_lit.encoders.late.LateItem`)."""
+        before, after = self._special_ids()
+        lead, trail = len(before), len(after)
+        width = self.max_seq_length - lead - trail
+        out = []
+        for text in texts:
+            enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+            ids, offsets = list(enc["input_ids"]), list(enc["offset_mapping"])
+            wins, owner = window_plan(len(ids), width)
+            at = [0]  # row of each window's first state in the concatenated window states
+            for a, b in wins:
+                at.append(at[-1] + lead + (b - a) + trail)
+            # leading specials of the first window, each token from its owner, trailing specials of the last
+            index = [*range(lead)]
+            index += [at[w] + lead + j - wins[w][0] for j, w in enumerate(owner)]
+            index += range(at[-1] - trail, at[-1])
+            out.append(LateItem(
+                windows=[torch.tensor([*before, *ids[a:b], *after], dtype=torch.long) for a, b in wins],
+                offsets=torch.tensor(offsets, dtype=torch.long).reshape(-1, 2),
+                index=torch.tensor(index, dtype=torch.long),
+            ))  # fmt: skip
+        return out
+
+    def late_embed(
+        self, items: Sequence[LateItem], spans: Sequence[Sequence[Sequence[tuple[int, int]]]], grad: bool = False
+    ) -> list[torch.Tensor]:
+        """Late-chunked embeddings, one (n_nodes, D) tensor per item, of the nodes whose character ranges
+        ``spans[i]`` gives for item ``items[i]`` (``late_tokenize``): one forward over all the items' windows,
+        then ``pool_spans`` per item (``encode_spans`` says what a node pools). The one path of inference and
+        training (the training batch carries ``LateItem`` s and node ranges).
+
+        Args:
+            grad: keep the graph and the module's train/eval mode (training); else no_grad in eval mode.
+        """
+        before, after = self._special_ids()
+        lead, trail = len(before), len(after)
+        windows = [w for it in items for w in it.windows]
+        was_training = self.model.training
+        ctx = contextlib.nullcontext() if grad else torch.no_grad()
+        if not grad:
+            self.model.eval()
+        try:
+            with ctx:
+                states = self._window_states(windows)
+                out = []
+                region = self.node_pooling == "late_region"
+                w0 = 0
+                for it, node_ranges in zip(items, spans, strict=True):
+                    mine = states[w0 : w0 + len(it.windows)]
+                    w0 += len(it.windows)
+                    flat = torch.cat(list(mine)) if len(mine) > 1 else mine[0]
+                    seq = flat[it.index.to(flat.device)]  # (lead + T + trail, D), each token read once
+                    if region:
+                        node_ranges = [list(r)[-1:] for r in node_ranges]
+                    out.append(pool_spans(seq, node_ranges, it.offsets, lead, trail, not region))
+        finally:
+            self.model.train(was_training)
+        return out
+
     def encode_spans(
         self, items: Sequence[tuple[str, Sequence[Sequence[tuple[int, int]]]]], grad: bool = False
     ) -> list[torch.Tensor]:
@@ -247,41 +310,16 @@ class TextEncoder(NodeEncoder):
         that fits one window equals its per-node embedding.
 
         With ``node_pooling="late_region"`` a node pools its last range only (its region: ``node_spans`` puts
-        the shared title / head first) and no special tokens.
+        the shared title / head first) and no special tokens. ``late_tokenize`` + ``late_embed``.
 
         Args:
             items: (text, ranges per node), e.g. ``Hierarchy.node_spans(tree)``.
             grad: keep the graph and the module's train/eval mode (training); else no_grad in eval mode.
         """
-        before, after = self._special_ids()
-        lead, trail = len(before), len(after)
-        width = self.max_seq_length - lead - trail
-        plans = []
-        windows: list[list[int]] = []
-        for text, _ in items:
-            enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
-            ids, offsets = list(enc["input_ids"]), list(enc["offset_mapping"])
-            wins, owner = window_plan(len(ids), width)
-            plans.append((offsets, wins, owner, len(windows)))
-            windows.extend([*before, *ids[a:b], *after] for a, b in wins)
-        was_training = self.model.training
-        ctx = contextlib.nullcontext() if grad else torch.no_grad()
-        if not grad:
-            self.model.eval()
-        try:
-            with ctx:
-                states = self._window_states(windows)
-                out = []
-                region = self.node_pooling == "late_region"
-                for (_, spans), (offsets, wins, owner, w0) in zip(items, plans, strict=True):
-                    if region:
-                        spans = [list(r)[-1:] for r in spans]
-                    out.append(self._pool_spans(states, spans, offsets, wins, owner, w0, lead, trail, not region))
-        finally:
-            self.model.train(was_training)
-        return out
+        plans = self.late_tokenize([text for text, _ in items])
+        return self.late_embed(plans, [spans for _, spans in items], grad)
 
-    def _window_states(self, windows: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+    def _window_states(self, windows: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Last hidden states (L_w, D) of each token window, batched by length like ``_encode``."""
         order = sorted(range(len(windows)), key=lambda w: -len(windows[w]))
         lengths = [len(windows[w]) for w in order]
@@ -294,50 +332,9 @@ class TextEncoder(NodeEncoder):
             ids = torch.full((len(chunk), width), pad, dtype=torch.long)
             mask = torch.zeros((len(chunk), width), dtype=torch.long)
             for r, w in enumerate(chunk):
-                ids[r, : len(windows[w])] = torch.tensor(windows[w], dtype=torch.long)
+                ids[r, : len(windows[w])] = windows[w].cpu()
                 mask[r, : len(windows[w])] = 1
             hidden = self.model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).last_hidden_state
             for r, w in enumerate(chunk):
                 states[w] = hidden[r, : len(windows[w])]
         return [s for s in states if s is not None]
-
-    @staticmethod
-    def _pool_spans(
-        states: Sequence[torch.Tensor],
-        spans: Sequence[Sequence[tuple[int, int]]],
-        offsets: Sequence[tuple[int, int]],
-        wins: Sequence[tuple[int, int]],
-        owner: Sequence[int],
-        w0: int,
-        lead: int,
-        trail: int,
-        specials: bool = True,
-    ) -> torch.Tensor:
-        """(n_nodes, D): each node's normalised mean over its tokens' states (with ``specials``: and the
-        special tokens'; a node with no token at all falls back to them)."""
-        mine = states[w0 : w0 + len(wins)]
-        flat = torch.cat(list(mine)) if len(mine) > 1 else mine[0]
-        at = [0]  # row of each window's first state in ``flat``
-        for s in mine:
-            at.append(at[-1] + s.shape[0])
-        index = [*range(lead)]  # leading specials of the first window, each token from its owner, trailing of the last
-        index += [at[w] + lead + j - wins[w][0] for j, w in enumerate(owner)]
-        index += range(at[-1] - trail, at[-1])
-        seq = flat[torch.tensor(index, dtype=torch.long, device=flat.device)]  # (lead + T + trail, D), read once
-        starts = torch.tensor([a for a, _ in offsets], dtype=torch.long).reshape(-1, 1)
-        ends = torch.tensor([b for _, b in offsets], dtype=torch.long).reshape(-1, 1)
-        member = torch.zeros((len(spans), seq.shape[0]), dtype=seq.dtype, device=seq.device)
-        if specials:
-            member[:, :lead] = 1
-            member[:, seq.shape[0] - trail :] = 1
-        for n, ranges in enumerate(spans):
-            inside = torch.zeros(len(offsets), dtype=torch.bool)
-            for s, e in ranges:
-                if e > s:
-                    inside |= ((starts < e) & (ends > s)).reshape(-1)
-            member[n, lead : lead + len(offsets)] = inside.to(seq.dtype)
-            if not member[n].any():  # an empty region (a blank row): its item's special tokens
-                member[n, :lead] = 1
-                member[n, seq.shape[0] - trail :] = 1
-        pooled = (member @ seq) / member.sum(1, keepdim=True)
-        return F.normalize(pooled, dim=-1)

@@ -18,6 +18,8 @@ import torch
 
 from canopy_lit.data.splits import adapter_split, record_adapter_split
 from canopy_lit.encoders import load_encoder
+from canopy_lit.encoders.base import adapter_node_pooling
+from canopy_lit.encoders.fingerprint import read_fingerprint
 
 PREFIX = "encoder.model."  # NodeEncoderModule.encoder.model: the peft model in the module's state_dict
 
@@ -31,7 +33,9 @@ def export_adapter(template: Path, ckpt: Path, out: Path, backbone: str = "minil
     """
     state = torch.load(ckpt, map_location="cpu", weights_only=False)
     lora = {k.removeprefix(PREFIX): v for k, v in state["state_dict"].items() if "lora_" in k}
-    encoder = load_encoder(backbone, adapter=template)
+    # the template's pooling, so the exported fingerprint says how it was trained (and loading it warns of nothing)
+    pooling = adapter_node_pooling(read_fingerprint(template) or {})
+    encoder = load_encoder(backbone, adapter=template, **({"node_pooling": pooling} if pooling != "node" else {}))
     params = dict(encoder.model.named_parameters())
     want = {n for n in params if "lora_" in n}
     if set(lora) != want:

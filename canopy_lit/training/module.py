@@ -199,7 +199,19 @@ class NodeEncoderModule(L.LightningModule):
         so a node that is v in one instance and a child in another is encoded once per epoch. Keys are
         the batch's ``cache_keys`` (text and frames) when a node has frames, since visual nodes may
         share a text (untitled video clips all render as ``[00:00-00:30]`` ...), else the texts.
+
+        With late pooling (``encoder.node_pooling=late|late_region``; the batch carries ``late``) each node is
+        pooled from one forward over its whole item (``NodeEncoder.late_embed``, the inference path's), with
+        gradients through the adapter; keys are then (item key, node id).
         """
+        pooling = getattr(self.encoder, "node_pooling", "node")
+        if (batch.late is not None) != (pooling != "node"):
+            raise ValueError(
+                f"encoder.node_pooling={pooling} but the batch {'carries' if batch.late is not None else 'does not carry'} "
+                "items and node spans: the datamodule's node_pooling must be the encoder's"
+            )
+        if batch.late is not None:
+            return self._late_node_embeddings(batch, f0, cache)
         keys = batch.cache_keys
         node_tokens = _tokens(batch.node_tokens, "node_tokens")
         chunk = self.hparams.chunk_size
@@ -216,6 +228,38 @@ class NodeEncoderModule(L.LightningModule):
                 emb = self.encoder.embed_sorted(tokens, chunk).float()
             for i, e in zip(missing, emb, strict=True):
                 cache[keys[i]] = e
+        return torch.stack([cache[k] for k in keys])
+
+    def _late_node_embeddings(
+        self, batch: PreferenceBatch, f0: bool, cache: dict[Any, torch.Tensor] | None
+    ) -> torch.Tensor:
+        """(U, D) node embeddings pooled from whole-item forwards (``node_embeddings`` with late pooling)."""
+        late = batch.late
+        assert late is not None
+        keys = batch.cache_keys
+        owner = late.node_item.tolist()
+        todo = range(len(keys)) if cache is None else [i for i, k in enumerate(keys) if k not in cache]
+        by_item: dict[int, list[int]] = {}
+        for u in todo:
+            by_item.setdefault(owner[u], []).append(u)
+        emb = None
+        if by_item:
+            rows = list(by_item)
+            ctx = self.encoder.adapter_disabled() if f0 else contextlib.nullcontext()
+            with ctx:  # grad=True: the module's train / eval mode and grad state, as Lightning set them
+                parts = self.encoder.late_embed(
+                    [late.items[r] for r in rows], [[late.node_spans[u] for u in by_item[r]] for r in rows], grad=True
+                )
+            emb = torch.cat(parts).float()
+            order = [u for r in rows for u in by_item[r]]
+        if cache is None:
+            assert emb is not None
+            inverse = torch.empty(len(order), dtype=torch.long, device=emb.device)
+            inverse[torch.tensor(order, dtype=torch.long, device=emb.device)] = torch.arange(len(order), device=emb.device)
+            return emb[inverse]
+        if emb is not None:
+            for u, e in zip(order, emb, strict=True):
+                cache[keys[u]] = e
         return torch.stack([cache[k] for k in keys])
 
     def pair_scores(

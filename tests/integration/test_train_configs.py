@@ -210,3 +210,25 @@ def test_debug_overfit_learns_its_batches_and_debug_profiler_reports(tmp_path: P
     train(_compose([*tiny, "debug=profiler"], tmp_path / "profiler"))
     report = next((tmp_path / "profiler").glob("fit-profile*.txt")).read_text()
     assert "run_training_batch" in report and "optimizer_step" in report
+
+
+@pytest.mark.slow  # a real MiniLM run through the late forward, ~1 min
+def test_quickstart_trains_through_the_late_forward(tmp_path: Path) -> None:
+    """encoder.node_pooling=late: training, validation and test pool nodes from whole-item forwards, and the
+    adapter's fingerprint says so (evaluate.py warns when it is loaded per node)."""
+    from canopy_lit.train import run as train
+
+    cfg = _compose(
+        ["experiment=quickstart", "debug=smoke", "encoder.node_pooling=late", "datamodule.batch_size=4",
+         *SMALL, "callbacks.rich_progress_bar=null"],
+        tmp_path,
+    )
+    train(cfg)
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert saved["train/global_step"] == 4
+    for key in ("val/decision_accuracy", "val/decision_accuracy_f0", "test/decision_accuracy", "test/decision_accuracy_f0"):
+        assert 0.0 <= saved[key] <= 1.0, key
+    meta = json.loads((tmp_path / "adapter" / "encoder_fingerprint.json").read_text())
+    assert meta["node_pooling"] == "late" and ":nodes=late:" in meta["fingerprint"]
+    ckpt = __import__("torch").load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert ckpt["PreferenceDataModule"]["fingerprint"]["node_pooling"] == "late"
