@@ -71,6 +71,15 @@ except LookupError:
     pass
 except Exception:
     out["canopy_lit.adapters (shipped adapters)"] = ["fail", traceback.format_exc(limit=3)]
+try:  # the readers' tokenizers are package data too: in the wheel and matching their pins
+    from canopy_lit.llm import tokenizers as shipped_tokenizers
+
+    for name in shipped_tokenizers.SHIPPED:
+        ids = shipped_tokenizers.shipped_tokenizer(name)("Paris lies on the Seine.")
+        where = str(shipped_tokenizers._FILES)
+        out[f"tokenizer {name}"] = ["ok", where] if where.startswith(site) and ids else ["fail", f"{where} not in {site}"]
+except Exception:
+    out["canopy_lit.llm (shipped tokenizers)"] = ["fail", traceback.format_exc(limit=3)]
 for name, mod in list(sys.modules.items()):  # submodules pulled in along the way, too
     if name.split(".")[0] == "canopy_lit" and check(name, mod)[0] == "fail":
         out[name] = check(name, mod)
