@@ -109,7 +109,8 @@ class TextEncoder(NodeEncoder):
             each item encoded once, every node mean-pooled over the states of the tokens its own rendering
             has: title or table head, its region, [CLS]/[SEP]; ``encode_spans``) or ``"late_region"`` (the
             same forward, each node pooled over its region's tokens only, as in Günther et al.'s late chunking).
-            Part of the fingerprint, not of the backbone hash: an adapter loads under either.
+            Part of the fingerprint, not of the backbone hash: an adapter loads under any of them (with a
+            warning when it was trained under another: ``save_adapter`` records ``node_pooling``).
     """
 
     def __init__(
