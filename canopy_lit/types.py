@@ -278,11 +278,16 @@ class Question:
 
 @dataclass
 class Evidence:
-    """Regions kept from one item: the item, its tree and the retained node ids (leaf order)."""
+    """Regions kept from one item: the item, its tree and the retained node ids (leaf order).
+
+    ``text``: the block the reader gets when a refiner rewrites the regions' text (token-level
+    compression, ``refine=longllmlingua``); None = the regions rendered as they are.
+    """
 
     tree: Tree
     node_ids: list[int]
     round: int = 0
+    text: str | None = None
 
     @property
     def item(self) -> Item:

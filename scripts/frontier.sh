@@ -41,6 +41,9 @@ sweep data="$BENCHMARKS" scorer=ftheta,f0 refine.descend_margin="$DELTAS" varian
 sweep data="$BENCHMARKS" variant=no_projection retrieval.k=1,2,3,5,10 hydra.sweep.dir=$TEST
 sweep data="$BENCHMARKS" refine=flat_top_m scorer=ftheta refine.m=1,2,3,5,8,12,20 hydra.sweep.dir=$TEST
 sweep data="$BENCHMARKS" variant=extractive refine.m=1,2,3,5,8,12,20 hydra.sweep.dir=$TEST
+# LongLLMLingua (SmolLM2-135M, the lingua extra) over its rate ρ; no node scorer. LINGUA_BENCHMARKS="" skips it.
+LINGUA_BENCHMARKS=${LINGUA_BENCHMARKS-hotpotqa,nq}
+[ -z "$LINGUA_BENCHMARKS" ] || sweep data="$LINGUA_BENCHMARKS" refine=longllmlingua refine.rate=0.55 hydra.sweep.dir=$TEST
 # k at each benchmark's operating point (one sweep per benchmark and scorer: δ differs)
 while read -r bench scorer delta; do
   sweep data="$bench" scorer="$scorer" refine.descend_margin="$delta" variant=full,flat_matched retrieval.k=3,10 \

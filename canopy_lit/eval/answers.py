@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from canopy_lit.data.readers._gold import numbers_in
-from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.hierarchy import ELISION, Hierarchy
 from canopy_lit.metrics import normalize_answer
 from canopy_lit.numbers import as_number
 from canopy_lit.operands import formula_operands
@@ -101,6 +101,11 @@ def content_text(hierarchy: Hierarchy, block: ReaderBlock) -> str:
     retrieved item, flat and extractive may keep none)."""
     tree = block.evidence.tree
     item = tree.item
+    if block.evidence.text is not None:  # a compressed block: the text after the head it passes through
+        if block.cap == "dropped" or not block.text:
+            return ""
+        head = hierarchy.evidence_text(tree, []).removesuffix(ELISION)
+        return block.text[len(head):] if block.text.startswith(head) else block.text
     if block.cap == "dropped" or (not block.node_ids and block.cut_leaf is None):
         return ""
     bare = copy.copy(tree)

@@ -82,6 +82,8 @@ class EvidenceRunner:
         delivered = {k.item_id: k.delivered_ranges for k in items}
         retrieved = [i for rd in rec.rounds for i in rd.retrieved]
         hit, total = gold_leaf_counts(question.gold, delivered)
+        if getattr(self.loop.refiner, "compresses_text", False):
+            hit = total = 0  # token-level compression delivers no leaf whole: gold leaf recall is not measured
         needles = answer_needles(question)
         content = "\n\n".join(c for c in (content_text(self.loop.hierarchy, b) for b in capped.items) if c)
         budget = getattr(self.loop.refiner, "last_budget", None)  # a matched-budget refiner's reference count

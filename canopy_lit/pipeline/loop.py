@@ -169,7 +169,25 @@ class EvidenceLoop:
 
     # -- evidence text -------------------------------------------------------------------------
     def _block(self, ev: Evidence) -> str:
+        if ev.text is not None:  # a text-compressing refiner's block
+            return ev.text
         return self.hierarchy.evidence_text(ev.tree, ev.node_ids)
+
+    def head(self, ev: Evidence) -> str:
+        """The title / caption / header ``ev``'s block starts with, as rendered before any region ("" when
+        a compressed block does not start with it)."""
+        head = self.hierarchy.evidence_text(ev.tree, []).removesuffix(ELISION)
+        return head if ev.text is None or ev.text.startswith(head) else ""
+
+    def _compress(
+        self, query: str, trees: list[Tree], kept: list[list[int]], timer: StageTimer
+    ) -> list[str | None]:
+        """The block of each item after a text-compressing refiner (``compresses_text``; None = dropped
+        whole); all None for a refiner that keeps regions as they are."""
+        if not getattr(self.refiner, "compresses_text", False):
+            return [None] * len(trees)
+        with timer("refine"):
+            return list(self.refiner.compress(query, trees, kept, self.hierarchy))  # type: ignore[attr-defined]
 
     def _refine(self, query: str, trees: list[Tree], flags: list[bool], timer: StageTimer) -> list[list[int]]:
         """Kept node ids per tree; encoder time goes to the ``encode`` stage, the rest to ``refine``."""
@@ -233,10 +251,12 @@ class EvidenceLoop:
             if full:
                 out[i] = ReaderBlock(ev, [], "", 0, "dropped")
             elif total + tokens[i] <= cap:
-                out[i] = ReaderBlock(ev, list(ev.node_ids), blocks[i], tokens[i], "whole")
+                # a compressed block delivers no region whole: its node ids stay with the evidence only
+                out[i] = ReaderBlock(ev, [] if ev.text is not None else list(ev.node_ids), blocks[i], tokens[i], "whole")
                 total += tokens[i]
             else:
-                cut = self.truncate_block(ev, cap - total) or ReaderBlock(ev, [], "", 0, "dropped")
+                cut = (self._cut_text(ev, ev.text, len(self.head(ev)), cap - total) if ev.text is not None
+                       else self.truncate_block(ev, cap - total)) or ReaderBlock(ev, [], "", 0, "dropped")  # fmt: skip
                 out[i] = cut
                 total += cut.tokens
                 full = True
@@ -278,6 +298,11 @@ class EvidenceLoop:
         text = self.hierarchy.evidence_text(ev.tree, [leaf])
         # The title / header the renderer puts before any region: a cut inside it delivers nothing.
         head = len(self.hierarchy.evidence_text(ev.tree, []).removesuffix(ELISION))
+        return self._cut_text(ev, text, head, budget, leaf)
+
+    def _cut_text(self, ev: Evidence, text: str, head: int, budget: int, leaf: int | None = None) -> ReaderBlock | None:
+        """The longest prefix of ``text`` (beyond its first ``head`` characters) that fits ``budget``
+        tokens with an elision mark; ``leaf``: the leaf ``text`` renders (None: a compressed block)."""
         if head >= len(text):
             return None  # a renderer that ignores regions (an image): nothing to cut
 
@@ -341,8 +366,11 @@ class EvidenceLoop:
                         aggregation = bool(self.aggregation.is_aggregation(question))
                 flags = [aggregation and t.item.modality == Modality.TABLE for t in trees]
             kept = self._refine(query, trees, flags, timer) if trees else []
-            for tree, ids, flag in zip(trees, kept, flags, strict=True):
-                ev = Evidence(tree, ids, r)
+            texts = self._compress(query, trees, kept, timer) if trees else []
+            for tree, ids, flag, text in zip(trees, kept, flags, texts, strict=True):
+                compressed = getattr(self.refiner, "compresses_text", False)
+                ev = Evidence(tree, [] if compressed and text is None else ids, r, text)
+                ids = ev.node_ids
                 held.add(tree.item.id)  # retrieved and judged, even when no region of it was kept
                 # A refiner may keep nothing of an item (flat top-m chose none of its leaves): the
                 # reader and the critic then get no block for it, and it adds no evidence tokens.
