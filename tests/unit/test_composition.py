@@ -98,6 +98,11 @@ def test_method_runner_is_chosen_by_config(hydra_ctx, monkeypatch: pytest.Monkey
 
 def test_shipped_refiners_declare_what_the_loop_relies_on(hydra_ctx) -> None:
     for p in sorted((CONFIGS / "refine").glob("*.yaml")):
-        refiner = instantiate(compose("evaluate", overrides=[f"refine={p.stem}"]).refine)
+        try:
+            refiner = instantiate(compose("evaluate", overrides=[f"refine={p.stem}"]).refine)
+        except Exception as err:  # an optional extra's refiner (longllmlingua) where the extra is not installed
+            if "canopy-lit[" not in str(err):
+                raise
+            continue
         assert isinstance(refiner.needs_scores, bool) and isinstance(refiner.lazy, bool), p.stem
         assert not refiner.lazy or callable(refiner.refine_lazily), p.stem
