@@ -413,8 +413,10 @@ class LongLLMLinguaRefiner:
     Args:
         model: the compressor's causal LM, an offline asset (``smollm2-135m``) or a GGUF path.
         rate: target share of the items' tokens kept (ρ; the paper's Table 7 runs 0.55).
-        condition_in_question, dynamic_context_compression_ratio, context_budget, iterative_size:
-            LongLLMLingua's knobs (``canopy_lit.longllmlingua.LongLLMLingua``).
+        condition_in_question: where the question conditions the token perplexities (LongLLMLingua's knob).
+        dynamic_context_compression_ratio: how much the kept rate rises with an item's coarse rank.
+        context_budget: slack on the coarse step's token budget (``"+100"``).
+        iterative_size: tokens per step of the iterative fine compression.
 
     Raises:
         ImportError: one line naming the ``lingua`` extra when ``llmlingua`` (or ``gguf``) is missing.
