@@ -282,8 +282,10 @@ def run_questions(
                     finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                     for fut in finished:
                         done(fut.result())
-        wanted = set(ids)
-        records = [r for r in logbook.records() if r["id"] in wanted]
+        # In the questions' order, not the file's: a resumed, re-answered or concurrent run appends in another
+        # order, and the bootstrap intervals over these records resample by position.
+        position = {qid: i for i, qid in enumerate(ids)}
+        records = sorted((r for r in logbook.records() if r["id"] in position), key=lambda r: position[r["id"]])
     with naming(Path(out_dir) / QUESTION_IDS):
         atomic_write_text(Path(out_dir) / QUESTION_IDS, json.dumps(ids) + "\n")
     failed = sum(r.get("status") == "failed" for r in records)

@@ -560,10 +560,18 @@ def _encoder_class_path(backbone: Any) -> str:
     return "canopy_lit.encoders.text.TextEncoder"
 
 
+# Classes that moved module without changing what they build: old path -> today's.
+MOVED_TARGETS = {
+    "canopy_lit.pipeline.extractive.ExtractiveRefiner": "canopy_lit.refine.ExtractiveRefiner",
+    "canopy_lit.eval.evidence.FlatMatchedRefiner": "canopy_lit.refine.FlatMatchedRefiner",
+}
+
+
 def canonical_targets(settings: Mapping[str, Any]) -> dict[str, Any]:
     """``settings`` (flat, dotted) with every moved ``_target_`` written as what it builds today, so that a
     rename in code never makes an old run folder look like other settings."""
-    out = dict(settings)
+    out = {k: MOVED_TARGETS.get(v, v) if k.endswith("._target_") and isinstance(v, str) else v
+           for k, v in settings.items()}  # fmt: skip
     if out.get("encoder._target_") == "canopy_lit.encoders.load_encoder":
         out["encoder._target_"] = _encoder_class_path(out.get("encoder.backbone", "minilm"))
     return out

@@ -154,3 +154,30 @@ def test_every_score_is_over_the_same_questions_when_some_failed(tmp_path, caplo
         m = summarize([*recs, unscored])
     assert "eval/match" not in m and m["eval/em"] == pytest.approx(1 / 5)
     assert "match left out: 1 of 3 answered questions have no 'match' score" in caplog.text
+
+
+def test_a_resumed_run_in_another_file_order_gives_the_same_metrics(tmp_path) -> None:
+    """Real HotpotQA questions answered in the question order, then the same records written in reverse
+    order (a resumed run that re-answered some questions appends them last) and resumed: the records come
+    back in the question order, so the bootstrap intervals (resampled by position) are the same."""
+    import json
+
+    from canopy_lit.data import load_benchmark
+    from canopy_lit.eval.harness import run_questions
+    from canopy_lit.pipeline.trace import QuestionRecord
+    from canopy_lit.types import Question
+
+    questions = load_benchmark("hotpotqa").questions[:40]
+
+    def answer(q: Question) -> QuestionRecord:  # right on every third question
+        right = int(q.id in {x.id for x in questions[::3]})
+        return QuestionRecord(q.id, q.text, q.answers, q.benchmark, prediction=q.answers[0] if right else "no")
+
+    straight = run_questions(questions, answer, tmp_path / "a", progress=False)
+    lines = (tmp_path / "a" / "predictions.jsonl").read_text().splitlines()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "predictions.jsonl").write_text("".join(line + "\n" for line in reversed(lines)))
+    resumed = run_questions(questions, answer, tmp_path / "b", progress=False)
+    assert [r["id"] for r in resumed] == [q.id for q in questions] == [r["id"] for r in straight]
+    assert [json.loads(line)["id"] for line in lines] == [q.id for q in questions]
+    assert summarize(resumed) == summarize(straight)

@@ -98,3 +98,16 @@ def test_moved_encoder_target_is_the_same_setting(tmp_path, stored: str) -> None
     ]
     other_k = _encoder_config("canopy_lit.encoders.text.TextEncoder") | {"retrieval": {"k": 3}}
     assert settings_changes(tmp_path, other_k) == [("retrieval.k", 5, 3)]
+
+
+def test_moved_refiner_target_is_the_same_setting(tmp_path) -> None:
+    """The extractive refiner moved from ``canopy_lit.pipeline.extractive`` to ``canopy_lit.refine``: a run folder
+    recorded under the old path resumes (the committed evidence_ftheta extractive runs); another refiner does not."""
+    from canopy_lit.eval.records import settings_changes, write_run_settings
+
+    def cfg(target: str) -> dict:
+        return _encoder_config("canopy_lit.encoders.text.TextEncoder") | {"refine": {"_target_": target, "m": 2}}
+
+    write_run_settings(tmp_path, cfg("canopy_lit.pipeline.extractive.ExtractiveRefiner"))
+    assert settings_changes(tmp_path, cfg("canopy_lit.refine.ExtractiveRefiner")) == []
+    assert settings_changes(tmp_path, cfg("canopy_lit.refine.FlatTopMRefiner")) != []
