@@ -23,6 +23,7 @@ The three flat ones rank leaves with one helper, ``best_leaves``. Which encoder 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -207,6 +208,33 @@ class LazyRefiner(Refiner, Protocol):
     ) -> list[list[int]]: ...
 
 
+def drop_items(
+    kept: Sequence[list[int]], scores: Sequence[np.ndarray], item_margin: float
+) -> list[list[int]]:
+    """Item-level pruning after refinement: an item whose best kept node scores more than ``item_margin``
+    below the round's best item is dropped whole (its list emptied).
+
+    Args:
+        kept: (num_items,) kept node ids per item (``parent_relative``'s output).
+        scores: (num_items,) arrays of node scores indexed by node id; NaN where a node was never scored.
+        item_margin: how far below the round's best item an item may score and stay (>= 0).
+
+    Returns:
+        ``kept`` with the dropped items' lists empty. The best item always stays; an item none of whose kept
+        nodes was scored (a table kept whole for an aggregation question) is never dropped.
+    """
+    best = [
+        max((float(s[v]) for v in ids if not np.isnan(s[v])), default=math.nan)
+        for ids, s in zip(kept, scores, strict=True)
+    ]
+    top = max((b for b in best if not math.isnan(b)), default=math.nan)
+    if math.isnan(top):
+        return [list(ids) for ids in kept]
+    return [
+        [] if b < top - item_margin - TIE_TOLERANCE else list(ids) for ids, b in zip(kept, best, strict=True)
+    ]
+
+
 class ParentRelativeRefiner:
     """CANOPY's refiner. Tables of aggregation questions (``aggregation[j]``) are kept whole.
 
@@ -215,27 +243,39 @@ class ParentRelativeRefiner:
             same decisions, fewer node encodings when nothing is cached. False = score every node.
         descend_margin: δ of ``parent_relative`` (0 = the paper): an inference-time knob, chosen on
             a validation probe, that trades kept tokens for gold recall without retraining.
+        item_margin: None (the paper: every item keeps a node) or drop each item whose best kept node scores
+            more than this below the round's best item (``drop_items``): a document compressor's pruning of
+            irrelevant passages, for practitioners.
     """
 
     needs_scores = True
 
-    def __init__(self, lazy: bool = True, descend_margin: float = 0.0) -> None:
+    def __init__(self, lazy: bool = True, descend_margin: float = 0.0, item_margin: float | None = None) -> None:
+        if item_margin is not None and not (math.isfinite(item_margin) and item_margin >= 0):
+            raise ValueError(f"item_margin must be None or a finite number >= 0, got {item_margin}")
         self.lazy = lazy
         self.descend_margin = float(descend_margin)
+        self.item_margin = None if item_margin is None else float(item_margin)
 
     def __call__(
         self, trees: Sequence[Tree], scores: Sequence[np.ndarray], aggregation: Sequence[bool] | None = None
     ) -> list[list[int]]:
         agg = aggregation or [False] * len(trees)
-        return [
+        kept = [
             [0] if a else parent_relative(t, s, self.descend_margin) for t, s, a in zip(trees, scores, agg, strict=True)
         ]
+        if self.item_margin is None:
+            return kept
+        # an aggregation table counts as unscored, as in the lazy path (its nodes are never read there)
+        seen = [np.full(len(s), np.nan, np.float32) if a else np.asarray(s, np.float32) for s, a in zip(scores, agg, strict=True)]
+        return drop_items(kept, seen, self.item_margin)
 
     def refine_lazily(
         self, trees: Sequence[Tree], score_nodes: NodeScoreFn, aggregation: Sequence[bool] | None = None
     ) -> list[list[int]]:
         """Same decisions as ``__call__``, encoding only the nodes the refinement reads."""
-        return parent_relative_lazily(trees, score_nodes, aggregation, self.descend_margin)[0]
+        kept, scores = parent_relative_lazily(trees, score_nodes, aggregation, self.descend_margin)
+        return kept if self.item_margin is None else drop_items(kept, scores, self.item_margin)
 
 
 class KeepWholeRefiner:

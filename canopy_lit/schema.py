@@ -234,6 +234,8 @@ class RefineSchema:
     m: int = knob(10, ge=1)
     lazy: bool = True
     descend_margin: float = knob(0.0, ge=-1.0, le=1.0)  # δ on cosine scores: |δ| > 1 is a typo, not a setting
+    item_margin: float | None = knob(None, ge=0.0, le=2.0)  # on cosine scores: a gap over 2 never drops anything
+    rate: float = knob(0.55, gt=0.0, le=1.0)  # LongLLMLingua's target share of tokens
 
 
 @dataclass
@@ -939,7 +941,8 @@ def validate_train_config(cfg: DictConfig) -> None:
 
 
 def _test_problems(cfg: DictConfig) -> list[str]:
-    """``model.test_scorers`` names known scorers, and ``train=false`` (no fit) has something to measure."""
+    """``model.test_scorers`` names known scorers, and ``train=false`` (no fit) has something to measure: f0, or
+    fθ when ``encoder.adapter`` names a trained adapter."""
     scorers = _value(cfg.get("model"), "test_scorers")
     scorers = list(scorers) if isinstance(scorers, (list, ListConfig)) else ["ftheta", "f0"]
     problems = []
@@ -949,8 +952,10 @@ def _test_problems(cfg: DictConfig) -> list[str]:
     if cfg.get("train", True) is False:
         if not cfg.get("test", True):
             problems.append("train=false test=false: nothing to run (train=false runs the test pass only)")
-        elif "ftheta" in scorers:
-            problems.append("train=false tests the untrained model, whose fθ is f0: add model.test_scorers=[f0]")
+        elif "ftheta" in scorers and _value(cfg.get("encoder"), "adapter") in (None, _MISSING, ""):
+            # with encoder.adapter the test pass scores that trained adapter as fθ (a committed adapter re-tested)
+            problems.append("train=false tests the untrained model, whose fθ is f0: add model.test_scorers=[f0], "
+                            "or encoder.adapter=DIR to test a trained adapter")
     return problems
 
 

@@ -10,7 +10,10 @@ Reads ``experiments/runs/frontier_val`` (validation, first 100 questions per ben
 - CANOPY fθ / f0 (``refine=parent_relative``) over δ (``refine.descend_margin``) at k = 5, and over k at
   the operating point;
 - flat leaves at CANOPY's per-question tokens (``refine=flat_matched``), one point per CANOPY point;
-- flat top-m (fθ scores) and RECOMP-style extractive (f0) over m at k = 5; keep-whole over k.
+- flat top-m (fθ scores) and RECOMP-style extractive (f0) over m at k = 5; keep-whole over k;
+- LongLLMLingua (``refine=longllmlingua``, its small LM named in the label) over its target rate ρ at k = 5;
+- CANOPY fθ with item drop (``refine.item_margin``) at each benchmark's operating-point δ, over the margin,
+  against the same runs without it and against flat top-m at the nearest tokens (``frontier_item_drop``).
 
 The operating point (``choose``): per in-domain benchmark and scorer, the δ whose validation evidence tokens
 are 72-86% of keep-whole's at k = 5 (the paper's reader tokens -14 to -28%), the one nearest 79%; for the
@@ -43,6 +46,7 @@ if str(ROOT) not in sys.path:  # runnable from a source checkout without install
     sys.path.insert(0, str(ROOT))
 
 from canopy_lit.eval.evidence_stats import compare_runs  # noqa: E402
+from canopy_lit.longllmlingua import lm_name  # noqa: E402  (no llmlingua import: the label only)
 from canopy_lit.markdown import md_table  # noqa: E402
 from canopy_lit.report.archive import ensure_unpacked  # noqa: E402
 from experiments.paired import replace_block  # noqa: E402
@@ -75,6 +79,9 @@ class Point:
     k: int
     m: int | None
     metrics: dict[str, float]
+    rate: float | None = None  # LongLLMLingua's target rate ρ
+    compressor: str | None = None  # LongLLMLingua's LM (an asset name or a GGUF path)
+    item_margin: float | None = None  # CANOPY with item drop: how far below the best item an item may score
 
     def metric(self, key: str) -> float:
         return float(self.metrics.get(f"evidence/{key}", float("nan")))
@@ -85,7 +92,7 @@ class Point:
 
 
 METHODS = {"parent_relative": "canopy", "flat_matched": "flat_matched", "flat_top_m": "flat_top_m",
-           "keep_whole": "keep_whole", "extractive": "extractive"}  # fmt: skip
+           "keep_whole": "keep_whole", "extractive": "extractive", "longllmlingua": "longllmlingua"}  # fmt: skip
 
 
 def load_points(folder: Path) -> list[Point]:
@@ -96,13 +103,14 @@ def load_points(folder: Path) -> list[Point]:
         run, metrics_file = json.loads(run_json.read_text()), run_json.parent / "metrics.json"
         if not metrics_file.is_file() or run.get("refine") not in METHODS:
             continue
-        method = METHODS[run["refine"]]
+        method = "item_drop" if run.get("item_margin") is not None else METHODS[run["refine"]]
         points.append(Point(
             folder=run_json.parent, benchmark=run["benchmark"], method=method,
-            scorer=run.get("scorer") if method in ("canopy", "flat_matched", "flat_top_m") else None,
-            delta=float(run["descend_margin"]) if method in ("canopy", "flat_matched") else None,
+            scorer=run.get("scorer") if method in ("canopy", "flat_matched", "flat_top_m", "item_drop") else None,
+            delta=float(run["descend_margin"]) if method in ("canopy", "flat_matched", "item_drop") else None,
             k=int(run["k"]), m=int(run["m"]) if run.get("m") is not None else None,
             metrics=json.loads(metrics_file.read_text()),
+            rate=run.get("rate"), compressor=run.get("compressor"), item_margin=run.get("item_margin"),
         ))  # fmt: skip
     return points
 
@@ -230,6 +238,81 @@ def budget_rows(points: Sequence[Point], chosen: dict[str, dict[str, dict]]) -> 
     return rows
 
 
+def items_dropped(folder: Path) -> tuple[float, float]:
+    """(items delivered, items dropped whole) per question of a run: a dropped item keeps no leaf range."""
+    n = items = dropped = 0
+    with open(folder / "predictions.jsonl", encoding="utf-8") as fh:
+        for line in fh:
+            record = json.loads(line)
+            n += 1
+            for kept in (record.get("rounds") or [{}])[0].get("kept", []):
+                items += 1
+                dropped += not kept.get("leaf_ranges")
+    return items / max(n, 1), dropped / max(n, 1)
+
+
+def item_drop_rows(points: Sequence[Point]) -> list[dict]:
+    """Per item-drop run: paired against CANOPY at the same δ, scorer and k without it (what dropping costs),
+    against CANOPY at the δ nearest in tokens (whether dropping items spends tokens better than refining
+    harder) and against flat top-m (same scorer) at the nearest tokens."""
+    rows = []
+    for p in sorted((p for p in points if p.method == "item_drop"), key=lambda p: (list(BENCHMARKS).index(p.benchmark),
+                                                                                  p.item_margin or 0.0)):  # fmt: skip
+        curve = canopy_points(points, p.benchmark, p.scorer or "")
+        base = next((c for c in curve if c.delta == p.delta), None)
+        flats = [f for f in points if f.benchmark == p.benchmark and f.method == "flat_top_m" and f.scorer == p.scorer]
+        row: dict = {"point": p, "keep_whole": keep_whole(points, p.benchmark), "base": base,
+                     "items": items_dropped(p.folder)}  # fmt: skip
+        if base is not None:
+            row["vs_base"] = compare_runs(p.folder, base.folder)
+        if curve:
+            row["canopy"] = other = nearest(curve, p.tokens)
+            row["vs_canopy"] = compare_runs(p.folder, other.folder)
+        if flats:
+            row["flat"] = flat = nearest(flats, p.tokens)
+            row["vs_flat"] = compare_runs(p.folder, flat.folder)
+        rows.append(row)
+    return rows
+
+
+def lingua_rows(points: Sequence[Point]) -> list[dict]:
+    """Per LongLLMLingua run: paired against CANOPY fθ at the δ nearest in tokens, flat top-m (fθ) at the
+    nearest tokens and keep-whole k = 5 (what its compression costs), with its refine time per question."""
+    rows = []
+    for p in sorted((p for p in points if p.method == "longllmlingua"),
+                    key=lambda p: (list(BENCHMARKS).index(p.benchmark), p.rate or 0.0)):  # fmt: skip
+        row: dict = {"point": p, "keep_whole": keep_whole(points, p.benchmark)}
+        curve = canopy_points(points, p.benchmark, "fθ")
+        flats = [f for f in points if f.benchmark == p.benchmark and f.method == "flat_top_m" and f.scorer == "fθ"]
+        for key, pool in (("canopy", curve), ("flat", flats)):
+            if pool:
+                row[key] = other = nearest(pool, p.tokens)
+                row[f"vs_{key}"] = compare_runs(p.folder, other.folder)
+        if row["keep_whole"] is not None:
+            row["vs_kw"] = compare_runs(p.folder, row["keep_whole"].folder)
+        rows.append(row)
+    return rows
+
+
+def render_lingua(rows: Sequence[dict]) -> str:
+    head = ["benchmark", "ρ (target rate)", "answer recall", "tokens (% of keep-whole k=5)", "refine s / question",
+            "vs keep-whole k=5: Δ recall", "CANOPY fθ at the δ nearest in tokens: δ, tokens, Δ recall",
+            "flat top-m (fθ) nearest in tokens: m, tokens, Δ recall"]  # fmt: skip
+    body = []
+    for r in rows:
+        p, kw = r["point"], r["keep_whole"]
+        share = f" ({100 * p.tokens / kw.tokens:.0f}%)" if kw else ""
+        per_q = p.metrics.get("time/refine_s", float("nan")) / max(p.metric("n"), 1.0)
+        vk, vc, vf = r.get("vs_kw"), r.get("vs_canopy"), r.get("vs_flat")
+        body.append([
+            BENCHMARKS[p.benchmark], f"{p.rate:g}", _pct(p, "answer_recall"), f"{p.tokens:.0f}{share}", f"{per_q:.2f}",
+            _ci(vk, "answer_recall_diff") if vk else "-",
+            f"δ = {r['canopy'].delta:g}, {r['canopy'].tokens:.0f}, {_ci(vc, 'answer_recall_diff')}" if vc else "-",
+            f"m = {r['flat'].m}, {r['flat'].tokens:.0f}, {_ci(vf, 'answer_recall_diff')}" if vf else "-",
+        ])  # fmt: skip
+    return md_table(head, body)
+
+
 def operating_rows(points: Sequence[Point], chosen: dict[str, dict[str, dict]]) -> list[dict]:
     """Per benchmark and scorer: CANOPY at the validation-chosen δ (and at δ = 0) vs keep-whole, test."""
     rows = []
@@ -254,15 +337,21 @@ def _setting(p: Point) -> str:
         return f"δ = {p.delta:g}" + (f", k = {p.k}" if p.k != K_REF else "")
     if p.method == "keep_whole":
         return f"k = {p.k}"
+    if p.method == "longllmlingua":
+        return f"ρ = {p.rate:g}"
+    if p.method == "item_drop":
+        return f"δ = {p.delta:g}, item margin {p.item_margin:g}"
     return f"m = {p.m}"
 
 
 LABELS = {"canopy": "CANOPY {s}", "flat_matched": "flat at CANOPY {s}'s tokens", "flat_top_m": "flat top-m ({s})",
-          "keep_whole": "keep-whole", "extractive": "extractive (f0)"}  # fmt: skip
+          "keep_whole": "keep-whole", "extractive": "extractive (f0)", "longllmlingua": "LongLLMLingua ({lm})",
+          "item_drop": "CANOPY {s} + item drop"}  # fmt: skip
 
 
 def method_label(p: Point) -> str:
-    return LABELS[p.method].format(s=p.scorer or "")
+    """The method's legend and table label; LongLLMLingua's names its compressor LM."""
+    return LABELS[p.method].format(s=p.scorer or "", lm=lm_name(p.compressor or ""))
 
 
 def _pct(p: Point, key: str) -> str:
@@ -278,7 +367,8 @@ def render_points(points: Sequence[Point]) -> str:
     for bench in BENCHMARKS:
         kw = keep_whole(points, bench)
         sel = [p for p in points if p.benchmark == bench]
-        sel.sort(key=lambda p: (order.index(p.method), p.scorer or "", p.k, p.delta or 0.0, p.m or 0))
+        sel.sort(key=lambda p: (order.index(p.method), p.scorer or "", p.k, p.delta or 0.0, p.m or 0, p.rate or 0.0,
+                                p.item_margin or 0.0))  # fmt: skip
         for p in sel:
             share = f"{100 * p.tokens / kw.tokens:.0f}%" if kw else ""
             rows.append([BENCHMARKS[bench], method_label(p), _setting(p), _point_n(p), _pct(p, "answer_recall"),
@@ -330,6 +420,25 @@ def render_budgets(rows: Sequence[dict]) -> str:
     return md_table(head, body)
 
 
+def render_item_drop(rows: Sequence[dict]) -> str:
+    head = ["benchmark", "item margin (δ)", "items dropped of delivered", "answer recall", "tokens (% of keep-whole k=5)",
+            "vs CANOPY without drop: Δ recall, token ratio", "CANOPY at the δ nearest in tokens: δ, tokens, Δ recall",
+            "flat top-m nearest in tokens: m, tokens, Δ recall", "verdict (CANOPY / flat)"]  # fmt: skip
+    body = []
+    for r in rows:
+        p, kw, vb, vc, vf = r["point"], r["keep_whole"], r.get("vs_base"), r.get("vs_canopy"), r.get("vs_flat")
+        share = f" ({100 * p.tokens / kw.tokens:.0f}%)" if kw else ""
+        body.append([
+            BENCHMARKS[p.benchmark], f"{p.item_margin:g} (δ = {p.delta:g})",
+            f"{r['items'][1]:.2f} of {r['items'][0]:.2f}", _pct(p, "answer_recall"),
+            f"{p.tokens:.0f}{share}", f"{_ci(vb, 'answer_recall_diff')}, {_ratio(vb)}" if vb else "-",
+            f"δ = {r['canopy'].delta:g}, {r['canopy'].tokens:.0f}, {_ci(vc, 'answer_recall_diff')}" if vc else "-",
+            f"m = {r['flat'].m}, {r['flat'].tokens:.0f}, {_ci(vf, 'answer_recall_diff')}" if vf else "-",
+            f"{verdict(vc) if vc else '-'} / {verdict(vf) if vf else '-'}",
+        ])  # fmt: skip
+    return md_table(head, body)
+
+
 def chosen_on(op: dict, short: bool = False) -> str:
     """How an operating point's δ (``short``: its budgets' δs) was chosen, in words."""
     if "pooled_from" in op:
@@ -372,7 +481,8 @@ STYLE = {  # method, scorer -> colour, line style, marker
     ("canopy", "fθ"): ("#d62728", "-", "o"), ("canopy", "f0"): ("#1f77b4", "-", "o"),
     ("flat_matched", "fθ"): ("#d62728", "--", "x"), ("flat_matched", "f0"): ("#1f77b4", "--", "x"),
     ("flat_top_m", "fθ"): ("#2ca02c", ":", "^"), ("keep_whole", None): ("#000000", "-", "s"),
-    ("extractive", None): ("#7f7f7f", "-.", "v"),
+    ("extractive", None): ("#7f7f7f", "-.", "v"), ("longllmlingua", None): ("#9467bd", "-.", "P"),
+    ("item_drop", "fθ"): ("#ff7f0e", "-", "d"),
 }  # fmt: skip
 
 
@@ -499,6 +609,8 @@ def generate(root: Path = ROOT, echo: bool = False) -> dict[str, Path]:
         "frontier_budgets": render_budgets(budgets),
         "frontier_operating_point": render_operating(operating),
         "frontier_headline": headline(budgets, operating, len(points)),
+        "frontier_item_drop": render_item_drop(item_drop_rows(points)),
+        "frontier_lingua": render_lingua(lingua_rows(points)),
     }
     for name, body in bodies.items():
         path = root / TABLES / f"{name}.md"

@@ -9,7 +9,8 @@
 #      that rule, are not read for it);
 #   3. test (full splits): CANOPY fθ / f0 and flat leaves at CANOPY's tokens over δ (k = 5), the same over
 #      k in {3, 10} at the operating point, keep-whole over k in {1, 2, 3, 5, 10}, flat top-m and
-#      extractive over m (k = 5).
+#      extractive over m (k = 5); LongLLMLingua over its rate ρ (HotpotQA, NQ); CANOPY fθ with item drop over the
+#      item margin at the operating point.
 # Every sweep resumes its run folders, so the script can be stopped and rerun. Then
 #   python -m canopy_lit.report pack experiments/runs/frontier_val experiments/runs/frontier
 #   python experiments/frontier.py       # figures, tables, the README headline block
@@ -43,9 +44,15 @@ sweep data="$BENCHMARKS" refine=flat_top_m scorer=ftheta refine.m=1,2,3,5,8,12,2
 sweep data="$BENCHMARKS" variant=extractive refine.m=1,2,3,5,8,12,20 hydra.sweep.dir=$TEST
 # LongLLMLingua (SmolLM2-135M, the lingua extra) over its rate ρ; no node scorer. LINGUA_BENCHMARKS="" skips it.
 LINGUA_BENCHMARKS=${LINGUA_BENCHMARKS-hotpotqa,nq}
-[ -z "$LINGUA_BENCHMARKS" ] || sweep data="$LINGUA_BENCHMARKS" refine=longllmlingua refine.rate=0.55 hydra.sweep.dir=$TEST
+[ -z "$LINGUA_BENCHMARKS" ] || sweep data="$LINGUA_BENCHMARKS" refine=longllmlingua refine.rate=0.3,0.55,0.8 hydra.sweep.dir=$TEST
 # k at each benchmark's operating point (one sweep per benchmark and scorer: δ differs)
 while read -r bench scorer delta; do
   sweep data="$bench" scorer="$scorer" refine.descend_margin="$delta" variant=full,flat_matched retrieval.k=3,10 \
+    hydra.sweep.dir=$TEST
+done < <("$PY" experiments/frontier.py operating-points)
+# item drop (refine.item_margin, off in the paper) at each benchmark's fθ operating point, over the margin
+while read -r bench scorer delta; do
+  [ "$scorer" = ftheta ] || continue
+  sweep data="$bench" scorer=ftheta refine.descend_margin="$delta" variant=full refine.item_margin=0.05,0.1,0.2,0.3 \
     hydra.sweep.dir=$TEST
 done < <("$PY" experiments/frontier.py operating-points)

@@ -280,7 +280,7 @@ def refiner_name(target: Any) -> str | None:
         return None
     cls = str(target).rsplit(".", 1)[-1].removesuffix("Refiner")
     snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", cls).lower()
-    return {"flat_top": "flat_top_m"}.get(snake, snake)
+    return {"flat_top": "flat_top_m", "long_llm_lingua": "longllmlingua"}.get(snake, snake)
 
 
 def adapter_axes(cfg: Mapping[str, Any]) -> tuple[str | None, str | None]:
@@ -354,6 +354,10 @@ def refine_label(cfg: Mapping[str, Any], choices: Mapping[str, Any] | None = Non
     return _chosen(choices, "refine") or refiner_name(cfg_get(cfg, "refine._target_"))
 
 
+# Refiners that read no node score: their runs name no scorer (the scorer group is still composed).
+UNSCORED_REFINERS = frozenset({"keep_whole", "longllmlingua"})
+
+
 def scorer_name(cfg: Mapping[str, Any], choices: Mapping[str, Any] | None = None) -> str | None:
     """The node scorer behind a run's evidence: None for whole items in QA runs (nothing scored), f0 for the
     ``scorer=f0`` view (RECOMP's; ``refine.scorer`` in run folders written before the ``scorer`` group), else
@@ -363,7 +367,7 @@ def scorer_name(cfg: Mapping[str, Any], choices: Mapping[str, Any] | None = None
     own = cfg_get(cfg, "refine.scorer")
     if own:
         return {"ftheta": "fθ"}.get(str(own), str(own))
-    if cfg_get(cfg, "mode", "qa") in ("qa", "evidence") and refine_label(cfg, choices) == "keep_whole":
+    if cfg_get(cfg, "mode", "qa") in ("qa", "evidence") and refine_label(cfg, choices) in UNSCORED_REFINERS:
         return None
     if cfg_get(cfg, "scorer.frozen") or _unset(cfg_get(cfg, "encoder.adapter")):
         return "f0"
@@ -455,6 +459,18 @@ def run_axes(cfg: Mapping[str, Any], choices: Mapping[str, Any] | None = None) -
         "tokenizer": cfg_get(cfg, "evidence.tokenizer"),
         "variant": _chosen(choices, "variant"),
         "study": cfg_get(cfg, "study"),
+        # a text compressor's target rate and LM (recorded only for it, so other run.json files stay as they were)
+        **(
+            {"rate": cfg_get(cfg, "refine.rate"), "compressor": cfg_get(cfg, "refine.model")}
+            if refine == "longllmlingua"
+            else {}
+        ),
+        # item-level pruning (off by default: recorded only when on, so the paper's runs stay as they were)
+        **(
+            {"item_margin": cfg_get(cfg, "refine.item_margin")}
+            if refine == "parent_relative" and cfg_get(cfg, "refine.item_margin") is not None
+            else {}
+        ),
         **({"choices": choices} if choices else {}),
     }
 

@@ -65,10 +65,13 @@ def compress_passages(
 
 
 def loaded_compressor(owner: Any) -> Compressor:
-    """``owner``'s ``Compressor`` (its ``adapter``, ``encoder``, ``branching``, ``descend_margin`` fields), built
+    """``owner``'s ``Compressor`` (its ``adapter``, ``encoder``, ``branching``, ``descend_margin``,
+    ``item_margin`` fields), built
     on the first call and kept in ``owner._compressor``: both adapters load the encoder once, lazily."""
     if owner._compressor is None:
-        owner._compressor = Compressor(owner.adapter, owner.encoder, owner.branching, owner.descend_margin)
+        owner._compressor = Compressor(
+            owner.adapter, owner.encoder, owner.branching, owner.descend_margin, item_margin=owner.item_margin
+        )
     return owner._compressor
 
 

@@ -35,6 +35,8 @@ class CanopyDocumentCompressor(BaseDocumentCompressor):
             not fit is cut, the rest dropped); None = what refinement keeps.
         branching: B of the region trees.
         descend_margin: δ of the refinement rule.
+        item_margin: None (keep a region of every one) or drop documents whose best region scores more than this
+            below the best one's (experiments/frontier.md "Item drop").
 
     The ``Compressor`` is built on first use and kept; ``CanopyDocumentCompressor.from_compressor(c)``
     shares a built one (its settings win).
@@ -47,6 +49,7 @@ class CanopyDocumentCompressor(BaseDocumentCompressor):
     budget: int | None = Field(default=None, ge=1)
     branching: int = Field(default=2, ge=2)
     descend_margin: float = 0.0
+    item_margin: float | None = Field(default=None, ge=0.0, allow_inf_nan=False)
     _compressor: Compressor | None = PrivateAttr(default=None)
 
     @classmethod

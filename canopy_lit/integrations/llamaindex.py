@@ -34,6 +34,8 @@ class CanopyNodePostprocessor(BaseNodePostprocessor):
             is cut, the rest dropped); None = what refinement keeps.
         branching: B of the region trees.
         descend_margin: δ of the refinement rule.
+        item_margin: None (keep a region of every one) or drop nodes whose best region scores more than this
+            below the best one's (experiments/frontier.md "Item drop").
 
     ``CanopyNodePostprocessor.from_compressor(c)`` shares a built ``Compressor`` (its settings win).
     """
@@ -45,6 +47,7 @@ class CanopyNodePostprocessor(BaseNodePostprocessor):
     budget: int | None = Field(default=None, ge=1)
     branching: int = Field(default=2, ge=2)
     descend_margin: float = 0.0
+    item_margin: float | None = Field(default=None, ge=0.0, allow_inf_nan=False)
     _compressor: Compressor | None = PrivateAttr(default=None)
 
     @classmethod

@@ -118,7 +118,7 @@ class ItemIn(_Strict):
 
 
 class CompressRequest(_Strict):
-    """``compress(question, items, budget=..., descend_margin=...)`` as JSON."""
+    """``compress(question, items, budget=..., descend_margin=..., item_margin=...)`` as JSON."""
 
     question: str = Field(description="the user's question (non-empty)")
     items: list[str | ItemIn] = Field(description="retrieved items, most relevant first: passages or item objects")
@@ -127,6 +127,11 @@ class CompressRequest(_Strict):
     )
     descend_margin: Annotated[float, Field(allow_inf_nan=False)] = Field(
         default=0.0, description="δ of the refinement rule (0 = the paper); larger keeps more, coarser regions"
+    )
+    item_margin: Annotated[float, Field(ge=0.0, allow_inf_nan=False)] | None = Field(
+        default=None,
+        description="null = every item keeps a region (the paper); else drop items whose best region scores "
+        "more than this below the best item's",
     )
 
 
@@ -152,12 +157,13 @@ class CompressResponse(BaseModel):
     kept_ratio: float
     cut: list[str]
     skipped: list[str]
+    dropped: list[str] = Field(default_factory=list, description="items dropped whole by item_margin")
 
     @classmethod
     def of(cls, ev: CompressedEvidence) -> CompressResponse:
         return cls(
             text=ev.text, blocks=ev.blocks, block_ids=ev.block_ids, tokens=ev.tokens, item_tokens=ev.item_tokens,
-            kept_ratio=ev.kept_ratio, cut=ev.cut, skipped=ev.skipped,
+            kept_ratio=ev.kept_ratio, cut=ev.cut, skipped=ev.skipped, dropped=ev.dropped,
             regions=[RegionOut(item_id=r.item_id, start=r.start, end=r.end, score=r.score, text=r.text)
                      for r in ev.regions],
         )
@@ -197,7 +203,7 @@ class Service:
         self.computing = 0
         self.pool = ThreadPoolExecutor(max_workers=limits.max_concurrency, thread_name_prefix="compress")
         self._slots: asyncio.Semaphore | None = None
-        self._by_margin: OrderedDict[float, Compressor] = OrderedDict()
+        self._by_margin: OrderedDict[tuple[float, float | None], Compressor] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
@@ -210,24 +216,25 @@ class Service:
             self._slots = asyncio.Semaphore(self.limits.max_concurrency)
         return self._slots
 
-    def for_margin(self, margin: float) -> Compressor:
-        """The compressor of δ = ``margin``: the loaded one with its own refiner (encoder and cache shared)."""
-        margin = api.check_margin(margin)
+    def for_margin(self, margin: float, item_margin: float | None = None) -> Compressor:
+        """The compressor of δ = ``margin`` and ``item_margin``: the loaded one with its own refiner (encoder
+        and cache shared)."""
+        key = (api.check_margin(margin), api.check_item_margin(item_margin))
         base = self.compressor
-        if margin == base.refiner.descend_margin:
+        if key == (base.refiner.descend_margin, base.refiner.item_margin):
             return base
         with self._lock:
-            if margin not in self._by_margin:
+            if key not in self._by_margin:
                 twin = copy.copy(base)
-                twin.refiner = ParentRelativeRefiner(descend_margin=margin)
-                self._by_margin[margin] = twin
+                twin.refiner = ParentRelativeRefiner(descend_margin=key[0], item_margin=key[1])
+                self._by_margin[key] = twin
                 while len(self._by_margin) > _MARGIN_COMPRESSORS:
                     self._by_margin.popitem(last=False)
-            self._by_margin.move_to_end(margin)
-            return self._by_margin[margin]
+            self._by_margin.move_to_end(key)
+            return self._by_margin[key]
 
     def run(self, request: CompressRequest, items: list[Any]) -> CompressedEvidence:
-        compressor = self.for_margin(request.descend_margin)
+        compressor = self.for_margin(request.descend_margin, request.item_margin)
         return compressor(request.question, items, request.budget, media_root=self.limits.media_root,
                           max_item_chars=self.limits.max_item_chars)
 

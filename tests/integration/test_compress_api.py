@@ -57,3 +57,24 @@ def test_the_package_level_call_and_bad_input(record: dict) -> None:
     with pytest.raises(TypeError, match=r"items\[0\]: expected an Item, a str or a dict, got int"):
         canopy_lit.compress("q", [3])
     assert as_item("text", 2).id == "item2" and as_item({"text": "t"}, 0).modality is Modality.TEXT
+
+
+def test_item_margin_drops_whole_items_and_keeps_the_rest_as_refined(record: dict, compressor: Compressor) -> None:
+    items = [{"id": t, "title": t, "text": " ".join(s)} for t, s in record["context"]]
+    plain = compressor(record["question"], items)
+    assert plain.dropped == [] and len(plain.blocks) == len(items)  # off: every item keeps a region
+    pruning = Compressor(adapter=ADAPTER, item_margin=0.1)
+    pruning.encoder, pruning.scorer = compressor.encoder, compressor.scorer  # same weights, cache shared
+    ev = pruning(record["question"], items)
+    assert ev.dropped and set(ev.dropped).isdisjoint(ev.block_ids)
+    assert sorted([*ev.dropped, *ev.block_ids]) == sorted(plain.block_ids)
+    kept = dict(zip(plain.block_ids, plain.blocks, strict=True))
+    assert all(kept[i] == b for i, b in zip(ev.block_ids, ev.blocks, strict=True))  # survivors unchanged
+    best = max(plain.regions, key=lambda r: r.score).item_id
+    assert best in ev.block_ids and ev.tokens < plain.tokens and ev.item_tokens == plain.item_tokens
+    only = canopy_lit.compress(record["question"], items, adapter=ADAPTER, item_margin=0.0)
+    assert only.block_ids == [best]  # a margin of 0 keeps the best item alone
+    with pytest.raises(ValueError, match="item_margin must be None or a finite number >= 0"):
+        canopy_lit.compress("q", ["x"], item_margin=-0.1)
+    with pytest.raises(TypeError, match="item_margin: expected a number or None"):
+        Compressor(item_margin="0.1")

@@ -5,6 +5,7 @@ Each framework's tests skip when its extra is not installed (``pip install canop
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -104,3 +105,33 @@ def test_llamaindex_postprocessor_keeps_scores_metadata_and_order(record: dict, 
     assert 0 < sum(n.node.metadata["canopy_tokens"] for n in capped) <= BUDGET
     with pytest.raises(ValueError, match="needs the query"):
         canopy.postprocess_nodes(nodes)
+
+
+def test_item_margin_drops_irrelevant_documents_in_both_frameworks(record: dict, compressor: Compressor) -> None:
+    every = compressor(record["question"], [" ".join(s) for _, s in record["context"]])
+    pruned = Compressor(adapter=ADAPTER, item_margin=0.1)
+    pruned.encoder, pruned.scorer = compressor.encoder, compressor.scorer
+    want = pruned(record["question"], [" ".join(s) for _, s in record["context"]])
+    assert 0 < len(want.block_ids) < len(every.block_ids)
+    if importlib.util.find_spec("langchain_core") is not None:
+        from langchain_core.documents import Document
+
+        from canopy_lit.integrations.langchain import CanopyDocumentCompressor
+
+        docs = [Document(page_content=" ".join(s), metadata={"id": f"item{i}"}) for i, (_, s) in enumerate(record["context"])]
+        assert CanopyDocumentCompressor(item_margin=0.1).item_margin == 0.1
+        out = CanopyDocumentCompressor.from_compressor(pruned).compress_documents(docs, record["question"])
+        assert [d.metadata["id"] for d in out] == want.block_ids
+        with pytest.raises(ValueError, match="item_margin"):
+            CanopyDocumentCompressor(item_margin=-1)
+    if importlib.util.find_spec("llama_index") is not None:
+        from llama_index.core.schema import NodeWithScore, TextNode
+
+        from canopy_lit.integrations.llamaindex import CanopyNodePostprocessor
+
+        nodes = [NodeWithScore(node=TextNode(id_=f"item{i}", text=" ".join(s)), score=1.0)
+                 for i, (_, s) in enumerate(record["context"])]
+        out = CanopyNodePostprocessor.from_compressor(pruned).postprocess_nodes(nodes, query_str=record["question"])
+        assert [n.node.node_id for n in out] == want.block_ids
+        with pytest.raises(ValueError, match="item_margin"):
+            CanopyNodePostprocessor(item_margin=float("nan"))

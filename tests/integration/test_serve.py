@@ -117,15 +117,16 @@ def launched(tmp_path_factory: pytest.TempPathFactory, serve_extra: None) -> Ite
     assert "Traceback" not in text, text
 
 
-SETTINGS = [(None, 0.0), (120, 0.05)]  # (budget, descend_margin)
+SETTINGS = [(None, 0.0, None), (120, 0.05, None), (None, 0.0, 0.1)]  # (budget, descend_margin, item_margin)
 
 
 @pytest.fixture(scope="module")
-def reference(launched: Launched, hotpot: tuple[str, list]) -> dict[tuple[int | None, float], object]:
+def reference(launched: Launched, hotpot: tuple[str, list]) -> dict[tuple[int | None, float, float | None], object]:
     """``canopy_lit.compress`` in this process on the HotpotQA question, per setting."""
     question, items = hotpot
-    return {(b, m): canopy_lit.compress(question, items, adapter="quickstart", budget=b, descend_margin=m)
-            for b, m in SETTINGS}
+    return {(b, m, d): canopy_lit.compress(question, items, adapter="quickstart", budget=b, descend_margin=m,
+                                           item_margin=d)
+            for b, m, d in SETTINGS}
 
 
 @pytest.fixture(scope="module")
@@ -176,21 +177,23 @@ def test_health_names_the_loaded_model(client: httpx.Client, compressor: Compres
     assert health["admitted"] == 0 and health["computing"] == 0
     schema = client.get("/openapi.json").json()
     assert {"/compress", "/health"} <= set(schema["paths"])
-    assert {"question", "items", "budget", "descend_margin"} <= set(schema["components"]["schemas"]["CompressRequest"]["properties"])
+    assert {"question", "items", "budget", "descend_margin", "item_margin"} <= set(schema["components"]["schemas"]["CompressRequest"]["properties"])
 
 
-@pytest.mark.parametrize(("budget", "margin"), SETTINGS)
+@pytest.mark.parametrize(("budget", "margin", "item_margin"), SETTINGS)
 def test_hotpotqa_over_http_is_compress_in_process(client: httpx.Client, hotpot: tuple[str, list], reference: dict,
-                                                    budget: int | None, margin: float) -> None:
+                                                    budget: int | None, margin: float, item_margin: float | None) -> None:
     question, items = hotpot
-    body = {"question": question, "items": [it.to_dict() for it in items], "budget": budget, "descend_margin": margin}
+    body = {"question": question, "items": [it.to_dict() for it in items], "budget": budget, "descend_margin": margin,
+            "item_margin": item_margin}
     response = client.post("/compress", json=body)
     assert response.status_code == 200, response.text
     got = response.json()
-    want = reference[(budget, margin)]
+    want = reference[(budget, margin, item_margin)]
     assert got["blocks"] == want.blocks and got["block_ids"] == want.block_ids and got["text"] == want.text
-    assert (got["tokens"], got["item_tokens"], got["cut"], got["skipped"]) == (
-        want.tokens, want.item_tokens, want.cut, want.skipped)
+    assert (got["tokens"], got["item_tokens"], got["cut"], got["skipped"], got["dropped"]) == (
+        want.tokens, want.item_tokens, want.cut, want.skipped, want.dropped)
+    assert bool(got["dropped"]) == (item_margin is not None)  # HotpotQA's distractors: some are dropped
     assert [(r["item_id"], r["start"], r["end"], r["text"]) for r in got["regions"]] == [
         (r.item_id, r.start, r.end, r.text) for r in want.regions]
     assert [r["score"] for r in got["regions"]] == pytest.approx([r.score for r in want.regions], abs=1e-6)
@@ -207,6 +210,7 @@ def test_a_malformed_body_is_a_422_with_fastapis_detail(client: httpx.Client) ->
         b'{"question": "q", "items": [{"txt": "a misspelt field"}]}',
         b'{"question": "q", "items": ["x"], "budget": true}',
         b'{"question": "q", "items": ["x"], "descend_margin": NaN}',  # Python's json reads NaN: still a 422
+        b'{"question": "q", "items": ["x"], "item_margin": -0.1}',
         b'{"items": ["x"]}',
     ):
         detail = _expect_error(client.post("/compress", content=body, headers=headers), 422)

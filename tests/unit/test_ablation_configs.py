@@ -141,3 +141,13 @@ def test_the_frontier_script_sweeps_its_axes_and_every_point_composes(hydra_ctx)
         if value is not None:
             assert cfg.refine.get("descend_margin", cfg.refine.get("m")) == value
         assert "adapter" in cfg.hydra.job.config.override_dirname.exclude_keys
+
+
+def test_the_frontier_item_drop_sweep_composes_to_canopy_with_its_margin(hydra_ctx) -> None:
+    script = (CONFIGS.parent / "scripts" / "frontier.sh").read_text()
+    assert "refine.item_margin=" in script
+    cfg = compose("evaluate", overrides=["+ablation=frontier", "adapter=/tmp/adapter", "scorer=ftheta",
+                                         "refine.descend_margin=0.04", "variant=full", "refine.item_margin=0.2"])  # fmt: skip
+    assert cfg.refine._target_.rsplit(".", 1)[-1] == "ParentRelativeRefiner"
+    assert (cfg.refine.descend_margin, cfg.refine.item_margin) == (0.04, 0.2)
+    assert compose("evaluate", overrides=["+ablation=frontier", "variant=full"]).refine.item_margin is None  # off

@@ -135,3 +135,34 @@ def test_every_point_shows_the_questions_its_answer_recall_is_over(committed_poi
     for point in committed_points:
         n, measurable = int(point.metric("n")), int(point.metric("answer_recall_n"))
         assert (f"{measurable} of {n}" if measurable != n else str(n)) in {row[3] for row in rows}
+
+
+def test_item_drop_pairs_with_canopy_at_its_delta_and_drops_nothing_where_one_item_is_delivered(
+    committed_points: list[frontier.Point],
+) -> None:
+    rows = frontier.item_drop_rows(committed_points)
+    assert {r["point"].benchmark for r in rows} == set(frontier.BENCHMARKS)
+    for r in rows:
+        p, base = r["point"], r["base"]
+        assert p.method == "item_drop" and p.item_margin is not None and p.item_margin >= 0
+        assert (base.method, base.scorer, base.delta, base.k) == ("canopy", p.scorer, p.delta, p.k)
+        delivered, dropped = r["items"]
+        assert 0 <= dropped < delivered  # the best item always keeps a region
+        assert p.tokens <= base.tokens + 1e-9  # dropping never adds evidence
+        if p.benchmark == "nq":  # one candidate a question: nothing to drop, the same evidence
+            assert dropped == 0 and r["vs_base"]["answer_recall_diff"] == 0
+    by_margin = {}
+    for r in rows:
+        by_margin.setdefault(r["point"].benchmark, []).append((r["point"].item_margin, r["items"][1]))
+    for pairs in by_margin.values():  # a larger margin drops fewer items
+        drops = [d for _, d in sorted(pairs)]
+        assert drops == sorted(drops, reverse=True)
+
+
+def test_longllmlingua_points_name_their_rate_and_compressor_lm(committed_points: list[frontier.Point]) -> None:
+    lingua = [p for p in committed_points if p.method == "longllmlingua"]
+    assert {p.benchmark for p in lingua} >= {"hotpotqa", "nq"}
+    for p in lingua:
+        assert p.rate in (0.3, 0.55, 0.8) and p.scorer is None and p.delta is None
+        assert frontier.method_label(p) == "LongLLMLingua (SmolLM2-135M)"
+        assert frontier._setting(p) == f"ρ = {p.rate:g}"

@@ -25,6 +25,8 @@ from canopy_lit.report.tables import qa_rows, render_study
          {"refine": "parent_relative", "k": 4, "B": 3, "R": 3, "controller": "critic", "scope": "corpus", "retriever": "dense"}),
         (["retriever=candidates", "retrieval=bm25"], {"scope": "candidates", "retriever": "bm25"}),
         (["method=universalrag"], {"method": "universalrag", "method_label": "universalrag (modality routing only)"}),
+        (["refine=longllmlingua", "refine.rate=0.4"],  # reads no node score; its rate and LM are recorded
+         {"refine": "longllmlingua", "scorer": None, "rate": 0.4, "compressor": "smollm2-135m"}),
     ],
 )
 def test_axes_of_real_configs(hydra_ctx, tmp_path: Path, overrides: list[str], expect: dict) -> None:
