@@ -425,8 +425,9 @@ def _run(cfg: DictConfig, out_dir: Path, start: float, sigterm: SigtermStop, pro
     if cfg.get("train", True):
         metrics = _fit(cfg, trainer, model, datamodule, ckpt_path, out_dir, sigterm, progress)
     else:
-        log.info("train=false: no fit and no adapter; the test pass scores the untrained model (%s)",
-                 ", ".join(model.hparams.test_scorers))
+        adapter = OmegaConf.select(cfg, "encoder.adapter", default=None)
+        log.info("train=false: no fit and no adapter saved; the test pass scores %s (%s)",
+                 f"the adapter {adapter} as fθ" if adapter else "the untrained model", ", ".join(model.hparams.test_scorers))
     progress["phase"] = "test"
     if cfg.get("test") and not trainer.interrupted:
         if cfg.get("test_threads"):  # the adapter is saved: the test pass's threads change no weight

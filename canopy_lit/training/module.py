@@ -126,10 +126,11 @@ class NodeEncoderModule(L.LightningModule):
         bad = [n for n, p in self.named_parameters() if p.requires_grad and "lora_" not in n]
         if bad:
             raise AssertionError(f"only LoRA parameters may train, but these require grad: {bad[:5]}")
-        if not any(p.requires_grad for p in self.parameters()):
-            raise AssertionError("no trainable LoRA parameters")
 
     def setup(self, stage: str) -> None:
+        # a frozen adapter loaded through encoder.adapter can be tested (train=false), not fitted
+        if stage == "fit" and not any(p.requires_grad for p in self.parameters()):
+            raise AssertionError("no trainable LoRA parameters (an encoder.adapter loads frozen: test it with train=false)")
         if self._benchmarks is None:
             dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
             self._benchmarks = list(getattr(dm, "benchmark_names", []) or [])

@@ -130,6 +130,7 @@ def test_test_scorers_and_train_false_are_checked(hydra_ctx, overrides: list[str
     assert len(problems) == 1 and message in problems[0], problems
 
 
-@pytest.mark.parametrize("ok", [["train=false", "model.test_scorers=[f0]"], ["model.test_scorers=[ftheta]"]])
+@pytest.mark.parametrize("ok", [["train=false", "model.test_scorers=[f0]"], ["model.test_scorers=[ftheta]"],
+                                ["train=false", "encoder.adapter=quickstart"]])  # a trained adapter tested again
 def test_valid_test_scorers_pass(hydra_ctx, ok: list[str]) -> None:
     assert config_problems("train", "experiment=quickstart", *ok) == []

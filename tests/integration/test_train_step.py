@@ -191,3 +191,15 @@ def test_pair_costs_follow_the_batch_pair_kind_not_its_layout(mixed) -> None:
     want = pairwise_ranking_loss(win, lose, batch.mask, 20.0, weight=stop_weight, pair_weight=costs)
     assert torch.allclose(got, want, atol=1e-6)
     assert not torch.allclose(got, as_built)
+
+
+def test_a_loaded_adapter_is_tested_as_ftheta_but_not_fitted() -> None:
+    """train=false encoder.adapter=DIR: the module keeps the frozen adapter (no fresh one over it) and refuses
+    to fit it; experiments/retest_recipe.py tests the committed adapters this way."""
+    enc = load_encoder("minilm", adapter="quickstart")  # the max_seq_length it was trained at
+    before = enc.adapter_hash()
+    module = NodeEncoderModule(enc)  # was: AssertionError("no trainable LoRA parameters") at construction
+    assert module.encoder.adapter_hash() == before
+    module.setup("test")
+    with pytest.raises(AssertionError, match="no trainable LoRA parameters.*train=false"):
+        module.setup("fit")
