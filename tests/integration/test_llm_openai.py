@@ -94,6 +94,24 @@ def test_transient_503_is_retried(smollm2_llm) -> None:
         flaky.close()
 
 
+def _read_request(conn: socket.socket) -> None:
+    """Read one HTTP request whole (headers, then Content-Length bytes of body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), 0)  # fmt: skip
+    while len(body) < length:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return
+        body += chunk
+
+
 class _BadServer:
     """A TCP server that drops every connection after reading, or accepts and never answers."""
 
@@ -115,7 +133,7 @@ class _BadServer:
                 return
             self.accepted += 1
             if self.mode == "drop":
-                conn.recv(65536)
+                _read_request(conn)  # all of it: unread bytes at close() send a reset (ReadError), not a clean drop
                 conn.close()
             else:
                 self.held.append(conn)  # never reply
