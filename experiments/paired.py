@@ -168,6 +168,8 @@ def _frontier_records(frontier_runs: Path, bench: str, delta: float, adapter_has
             bench, "parent_relative", "fθ", 5, "full"
         ) or float(run.get("descend_margin", -1)) != delta or run.get("adapter_hash") != adapter_hash:
             continue
+        if run.get("item_margin") is not None:  # CANOPY with item drop: not the loop's refinement
+            continue
         return answered(run_json.parent)
     return {}
 
