@@ -44,6 +44,10 @@ def test_loop_tokens_split_into_retrieved_and_kept_share(tmp_path: Path) -> None
     ])  # fmt: skip
     front = {"benchmark": "nq", "refine": "parent_relative", "scorer": "fθ", "k": 5, "variant": "full", "adapter_hash": "a1"}
     _write(frontier / "other_delta", front | {"descend_margin": 0.06}, [_record("q1", [[_kept("nq:a", 100, 1)]])])
+    # CANOPY with item drop at the same δ (listed first): not the refinement the loop ran, never read
+    _write(frontier / "item_drop", front | {"descend_margin": 0.04, "item_margin": 0.05}, [
+        _record("q1", [[_kept("nq:a", 100, 1)]]), _record("q2", [[_kept("nq:d", 100, 1)]]),
+    ])  # fmt: skip
     _write(frontier / "same_delta", front | {"descend_margin": 0.04}, [
         _record("q1", [[_kept("nq:a", 100, 50)]]), _record("q2", [[_kept("nq:d", 100, 100)]]),
     ])  # fmt: skip
