@@ -83,8 +83,8 @@ log = logging.getLogger(__name__)
 Runner = Callable[[DictConfig], dict[str, float]]
 
 # The setting lines under a run's table (``run_axes`` names).
-QA_SETTING = ("benchmark", "split", "method", "k", "B", "R", "refine", "scorer", "encoder", "adapter")
-PROBE_SETTING = ("benchmark", "split", "B", "descend_margin", "scorer", "encoder", "adapter")
+QA_SETTING = ("benchmark", "split", "method", "k", "B", "R", "refine", "scorer", "encoder", "node_pooling", "adapter")
+PROBE_SETTING = ("benchmark", "split", "B", "descend_margin", "scorer", "encoder", "node_pooling", "adapter")
 
 
 def output_dir(cfg: DictConfig) -> Path:

@@ -145,7 +145,7 @@ class EncoderSchema:
     batch_size: int = knob(64, ge=1)
     max_pixels: int = knob(1003520, ge=1)
     pooling: str | None = knob(None, choices=("mean", "cls"))
-    node_pooling: str = knob("node", choices=("node", "late", "late_region"))
+    node_pooling: str = knob("node", choices=("node", "late", "late_region", "cross"))
 
 
 @dataclass

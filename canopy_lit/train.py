@@ -32,6 +32,7 @@ from rich.table import Table
 
 from canopy_lit.config_tree import TRAIN_ORDER, print_config_tree
 from canopy_lit.data.splits import record_adapter_split
+from canopy_lit.encoders.base import LATE_POOLINGS
 from canopy_lit.io import atomic_dir, atomic_write_text
 from canopy_lit.redaction import redact_config, redacted_argv
 from canopy_lit.schema import USAGE_ERROR, check_train_run, exit_if_invalid
@@ -397,7 +398,7 @@ def _run(cfg: DictConfig, out_dir: Path, start: float, sigterm: SigtermStop, pro
     # seconds, not after loading the model or fitting.
     datamodule = instantiate(cfg.datamodule, _convert_="all")
     pooling = OmegaConf.select(cfg, "encoder.node_pooling", default=None) or "node"
-    if pooling != "node":  # late: the examples name each node's place in its item, batches carry the items
+    if pooling in LATE_POOLINGS:  # the examples name each node's place in its item, batches carry the items
         datamodule.set_node_pooling(pooling)
     ckpt_path = _resolve_ckpt(cfg.get("ckpt_path"), out_dir)
     _check_resume(ckpt_path, datamodule)

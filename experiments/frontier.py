@@ -65,6 +65,15 @@ BAND, TARGET = (0.72, 0.86), 0.79
 BUDGETS = (0.4, 0.6, 0.8)
 K_REF = 5
 SCORERS = {"fθ": "ftheta", "f0": "f0"}  # run.json label -> the scorer config that made it
+# the scorer study's fθs (scripts/scorers.sh): nodes embedded otherwise (run.json ``node_pooling``), each with
+# its own adapter; labelled "fθ <pooling>", chosen on validation like fθ, never in ``operating-points``
+POOLED_SCORERS = ("fθ late", "fθ cross")
+
+
+def scorer_label(run: dict) -> str | None:
+    """fθ | f0 | "fθ late" | "fθ cross": run.json's scorer, with the node pooling when it is not per node."""
+    scorer, pooling = run.get("scorer"), run.get("node_pooling")
+    return f"{scorer} {pooling}" if scorer and pooling else scorer
 
 
 @dataclass(frozen=True)
@@ -106,7 +115,7 @@ def load_points(folder: Path) -> list[Point]:
         method = "item_drop" if run.get("item_margin") is not None else METHODS[run["refine"]]
         points.append(Point(
             folder=run_json.parent, benchmark=run["benchmark"], method=method,
-            scorer=run.get("scorer") if method in ("canopy", "flat_matched", "flat_top_m", "item_drop") else None,
+            scorer=scorer_label(run) if method in ("canopy", "flat_matched", "flat_top_m", "item_drop") else None,
             delta=float(run["descend_margin"]) if method in ("canopy", "flat_matched", "item_drop") else None,
             k=int(run["k"]), m=int(run["m"]) if run.get("m") is not None else None,
             metrics=json.loads(metrics_file.read_text()),
@@ -143,7 +152,7 @@ def choose(points: Sequence[Point]) -> dict[str, dict[str, dict]]:
         kw = keep_whole(points, bench)
         if kw is None or bench in ZERO_SHOT:
             continue
-        for scorer in SCORERS:
+        for scorer in (*SCORERS, *POOLED_SCORERS):
             cands = canopy_points(points, bench, scorer)
             if not cands:
                 continue
@@ -160,7 +169,7 @@ def choose(points: Sequence[Point]) -> dict[str, dict[str, dict]]:
                     f"{b:g}": min(ratios, key=lambda d, b=b: (abs(ratios[d] - b), d)) for b in BUDGETS
                 }
     for bench in ZERO_SHOT:
-        for scorer in SCORERS:
+        for scorer in (*SCORERS, *POOLED_SCORERS):
             own = {b: by[scorer] for b, by in out.items() if b not in ZERO_SHOT and scorer in by}
             if not own:
                 continue
@@ -651,7 +660,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "operating-points":
         for bench, by in read_operating_point(ROOT).items():
             for scorer, op in by.items():
-                print(bench, SCORERS[scorer], f"{op['delta']:g}")
+                if scorer in SCORERS:  # the scorer study's fθs run their own k and item-drop sweeps, if any
+                    print(bench, SCORERS[scorer], f"{op['delta']:g}")
         return 0
     written = generate(ROOT, echo=True)
     for key, path in written.items():

@@ -42,7 +42,8 @@ SPLITS = ("train", "val", "test")
 # numbers remain comparable with runs trained without them.
 HARD_NEGATIVE_SPLITS = ("train",)
 REAL_PAIR_KINDS = frozenset(PairKind) - {PairKind.PADDING}
-NODE_POOLINGS = ("node", "late", "late_region")  # = canopy_lit.encoders.text.NODE_POOLINGS
+# the poolings whose batches differ (late ones carry items); cross pooling reads the per-node batches
+NODE_POOLINGS = ("node", "late", "late_region")
 
 
 @dataclass

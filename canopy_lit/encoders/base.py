@@ -94,6 +94,9 @@ def adapter_scale_of(adapter: str | Path | None, adapter_scale: float) -> float:
     return scale
 
 
+LATE_POOLINGS = ("late", "late_region")  # node embeddings pooled from one forward over the whole item
+
+
 def adapter_node_pooling(meta: dict[str, Any]) -> str:
     """The ``node_pooling`` an adapter was trained with, from its fingerprint (``node`` when the fingerprint
     predates the key: training went through per-node forwards only then)."""
@@ -134,7 +137,8 @@ class NodeEncoder(ABC, nn.Module):
         # on CPU a batch of 64 x 256-token nodes is memory-bound and slower per token than small ones.
         self.max_batch_tokens: int | None = None
         # How node embeddings are formed: "node" = each node's rendering encoded alone; "late" = one forward
-        # per item, each node pooled over its span's token states (``encode_spans``; encoders that support it)
+        # per item, each node pooled over its span's token states (``encode_spans``); "cross" = each node read
+        # after the question (``encode_pairs``); encoders that support them
         self.node_pooling = "node"
 
     # ----------------------------------------------------------------- subclass hooks
@@ -469,6 +473,14 @@ class NodeEncoder(ABC, nn.Module):
     def late_embed(self, items: Sequence[Any], spans: Sequence[Sequence[Sequence[tuple[int, int]]]], grad: bool = False) -> list[torch.Tensor]:
         """Late-chunked node embeddings of ``late_tokenize``'d items, one (n_nodes, D) tensor per item."""
         raise NotImplementedError(f"{type(self).__name__} has no late-chunked node pooling (encoder.node_pooling=late)")
+
+    def encode_pairs(
+        self, queries: Sequence[str], inputs: Sequence[EncoderInput], batch_size: int | None = None
+    ) -> torch.Tensor:
+        """(N, D) node embeddings read after their question (``node_pooling="cross"``).
+
+        Only text encoders implement it (``TextEncoder``)."""
+        raise NotImplementedError(f"{type(self).__name__} has no cross node pooling (encoder.node_pooling=cross)")
 
     def score(self, query: str, nodes: Sequence[EncoderInput]) -> torch.Tensor:
         """(N,) s(q, v) = cos(f0(q), fθ(v)) for one query and N nodes."""

@@ -12,7 +12,14 @@ import torch
 import torch.nn.functional as F
 
 from canopy_lit.adapters import resolve_adapter
-from canopy_lit.encoders.base import EncoderInput, NodeEncoder, adapter_scale_of, backbone_hash, input_text
+from canopy_lit.encoders.base import (
+    LATE_POOLINGS,
+    EncoderInput,
+    NodeEncoder,
+    adapter_scale_of,
+    backbone_hash,
+    input_text,
+)
 from canopy_lit.encoders.fingerprint import adapter_max_seq_length
 from canopy_lit.encoders.late import LateItem, pool_spans
 
@@ -27,7 +34,7 @@ EXTRA_LORA_TARGETS = {"mpnet": ["q", "v"]}
 DEFAULT_MAX_SEQ_LENGTH = 512
 
 
-NODE_POOLINGS = ("node", "late", "late_region")
+NODE_POOLINGS = ("node", *LATE_POOLINGS, "cross")
 
 
 def window_plan(n_tokens: int, width: int) -> tuple[list[tuple[int, int]], list[int]]:
@@ -109,6 +116,9 @@ class TextEncoder(NodeEncoder):
             each item encoded once, every node mean-pooled over the states of the tokens its own rendering
             has: title or table head, its region, [CLS]/[SEP]; ``encode_spans``) or ``"late_region"`` (the
             same forward, each node pooled over its region's tokens only, as in Günther et al.'s late chunking).
+            ``"cross"`` reads each node after the question, ``[CLS] q [SEP] node [SEP]``, and mean-pools the
+            node's own tokens (``encode_pairs``): a cross-encoder whose node embedding depends on the question,
+            so it is scored per (question, node) and never cached across questions (``CrossNodeScorer``).
             Part of the fingerprint, not of the backbone hash: an adapter loads under any of them (with a
             warning when it was trained under another: ``save_adapter`` records ``node_pooling``).
     """
@@ -152,9 +162,9 @@ class TextEncoder(NodeEncoder):
         if self.pooling not in {"mean", "cls"}:
             raise ValueError(f"encoder.pooling must be 'mean' or 'cls', got {self.pooling!r}")
         if node_pooling != "node" and self.pooling != "mean":
-            raise ValueError(f"encoder.node_pooling=late pools token states by their mean; encoder.pooling is {self.pooling!r}")
+            raise ValueError(f"encoder.node_pooling={node_pooling} pools token states by their mean; encoder.pooling is {self.pooling!r}")
         if node_pooling != "node" and not getattr(self.tokenizer, "is_fast", False):
-            raise ValueError(f"encoder.node_pooling=late needs a fast tokenizer (token offsets); {backbone!r} has none")
+            raise ValueError(f"encoder.node_pooling={node_pooling} needs a fast tokenizer (token offsets); {backbone!r} has none")
         self.node_pooling = node_pooling
         self.dim = int(self.model.config.hidden_size)
         self.batch_size = batch_size
@@ -216,16 +226,71 @@ class TextEncoder(NodeEncoder):
         return {k: v for k, v in enc.items() if k in {"input_ids", "attention_mask", "token_type_ids"}}
 
     def embed(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """(B, D) normalised pooled embeddings of a tokenised batch."""
+        """(B, D) normalised pooled embeddings of a tokenised batch (``tokenize`` or ``tokenize_pairs``: with a
+        ``pool_mask`` the mean is over those tokens only, read in the context of the whole input)."""
         dev = self.device
         batch = {k: v.to(dev, non_blocking=True) for k, v in batch.items()}
+        pool_mask = batch.pop("pool_mask", None)
         hidden = self.model(**batch).last_hidden_state  # (B, L, D)
-        if self.pooling == "cls":
+        if self.pooling == "cls" and pool_mask is None:
             pooled = hidden[:, 0]
         else:
-            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            mask = (batch["attention_mask"] if pool_mask is None else pool_mask).unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp_min(1e-9)
         return F.normalize(pooled, dim=-1)
+
+    # ----------------------------------------------------------------- cross: the node read after the question
+    def tokenize_pairs(self, queries: Sequence[str], inputs: Sequence[EncoderInput]) -> dict[str, torch.Tensor]:
+        """Padded (B, L) ``[CLS] q [SEP] node [SEP]`` pairs (the node is cut first when too long) and
+        ``pool_mask`` (B, L): the node's tokens and its closing [SEP], which ``embed`` pools."""
+        if len(queries) != len(inputs):
+            raise ValueError(f"tokenize_pairs: {len(queries)} questions for {len(inputs)} nodes")
+        enc = self.tokenizer(
+            list(queries),
+            [input_text(x) for x in inputs],
+            padding=True,
+            truncation="only_second",
+            max_length=self.max_seq_length,
+            return_tensors="pt",
+        )
+        out = {k: v for k, v in enc.items() if k in {"input_ids", "attention_mask", "token_type_ids"}}
+        width = out["input_ids"].shape[1]
+        rows = []
+        for i in range(len(queries)):
+            seq = enc.sequence_ids(i)
+            second = [s == 1 for s in seq]
+            # the closing special token of the node segment ([SEP], </s>) belongs to it, as [SEP] to a node alone
+            last = max((j for j, s in enumerate(second) if s), default=-1)
+            if 0 <= last + 1 < len(seq) and seq[last + 1] is None and out["attention_mask"][i, last + 1]:
+                second[last + 1] = True
+            rows.append(second + [False] * (width - len(second)))
+        out["pool_mask"] = torch.tensor(rows, dtype=torch.long)
+        return out
+
+    @torch.no_grad()
+    def encode_pairs(
+        self, queries: Sequence[str], inputs: Sequence[EncoderInput], batch_size: int | None = None
+    ) -> torch.Tensor:
+        """(N, D) node embeddings read after their question (``node_pooling="cross"``), current adapter state,
+        eval mode, batched longest first; identical (question, node text) pairs are encoded once."""
+        keys = [(q, input_text(x)) for q, x in zip(queries, inputs, strict=True)]
+        first: dict[tuple[str, str], int] = {}
+        slot = [first.setdefault(k, len(first)) for k in keys]
+        uniq = list(first)
+        lengths = [len(q) + len(t) for q, t in uniq]
+        order = sorted(range(len(uniq)), key=lambda j: -lengths[j])
+        out = torch.empty(len(uniq), self.dim)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            # characters / 4: a token-count proxy for max_batch_tokens, without tokenising every pair twice
+            for positions in self.batches([lengths[j] // 4 + 1 for j in order], batch_size or self.batch_size):
+                chunk = [order[p] for p in positions]
+                batch = self.tokenize_pairs([uniq[j][0] for j in chunk], [uniq[j][1] for j in chunk])
+                out[torch.tensor(chunk)] = self.embed(batch).float().cpu()
+        finally:
+            self.model.train(was_training)
+        return out[torch.tensor(slot, dtype=torch.long)] if slot else out
 
     # ----------------------------------------------------------------- late chunking
     def _special_ids(self) -> tuple[list[int], list[int]]:

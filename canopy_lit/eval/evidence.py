@@ -51,7 +51,7 @@ from canopy_lit.pipeline.trace import QuestionRecord
 from canopy_lit.types import Question
 
 # The setting line under an evidence run's table (``run_axes`` names).
-EVIDENCE_SETTING = ("benchmark", "split", "scope", "k", "B", "refine", "scorer", "encoder", "adapter", "tokenizer")
+EVIDENCE_SETTING = ("benchmark", "split", "scope", "k", "B", "refine", "scorer", "encoder", "node_pooling", "adapter", "tokenizer")
 
 
 @dataclass

@@ -465,6 +465,13 @@ def run_axes(cfg: Mapping[str, Any], choices: Mapping[str, Any] | None = None) -
             if refine == "longllmlingua"
             else {}
         ),
+        # how node embeddings are formed (late chunking, cross: read after the question), recorded only when not
+        # per node, so the run.json of every per-node run stays as it was
+        **(
+            {"node_pooling": pooling}
+            if (pooling := cfg_get(cfg, "encoder.node_pooling")) not in (None, "node")
+            else {}
+        ),
         # item-level pruning (off by default: recorded only when on, so the paper's runs stay as they were)
         **(
             {"item_margin": cfg_get(cfg, "refine.item_margin")}

@@ -169,7 +169,7 @@ def run_setting(cfg: Any, axes: Sequence[str]) -> str:
     in that order) that the run sets. The values are run.json's: f0 shows as ``scorer=f0`` with no adapter,
     an adapter interpolated toward f0 as ``scorer=fθ×s``."""
     values = run_axes(plain_config(cfg))
-    shown = {a: f"{v:g}" if isinstance(v, float) else str(v) for a in axes if (v := values[a]) is not None}
+    shown = {a: f"{v:g}" if isinstance(v, float) else str(v) for a in axes if (v := values.get(a)) is not None}
     return " ".join(f"{a}={v}" for a, v in shown.items())
 
 

@@ -9,6 +9,10 @@ The ``scorer`` config group picks the encoder view the nodes are scored through 
     ftheta    cos(f0(q), fθ(v))     as ``adapter``, but a run without an adapter is refused (a row
                                     labelled fθ must not silently be f0)
 
+With ``encoder.node_pooling=cross`` the factory builds a ``CrossNodeScorer`` instead: s(q, v) =
+cos(f0(q), fθ(q ⊕ v)), the node read after the question in one forward (a cross-encoder), so a node's
+vector depends on the question and is memoised for the run only, never in the node cache.
+
 ``QuerySideEncoder`` is the view the evidence mode caches the candidate items' f0 retrieval vectors
 through (``canopy_lit.pipeline.build.build_evidence_loop``).
 """
@@ -16,12 +20,15 @@ through (``canopy_lit.pipeline.build.build_evidence_loop``).
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from canopy_lit.encoders.base import input_text
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.retrieval.node_cache import NodeEmbeddingCache, is_late, late_embed_trees
 from canopy_lit.types import Tree
@@ -90,6 +97,107 @@ class NodeScorer:
         return [e @ q if len(e) else np.zeros(0, np.float32) for e in self.embed_trees(trees, nodes)]
 
 
+@dataclass(frozen=True)
+class CrossQuery:
+    """A round's query for ``CrossNodeScorer``: its text (what the nodes are read after) and f0(q) (D,)."""
+
+    text: str
+    vector: np.ndarray
+
+
+class PairScoreMemo:
+    """The scores ``CrossNodeScorer`` has computed, keyed by (question text, node input text): an LRU for
+    one run (a question-dependent score is worth nothing to another question). ``stats()`` reads like the
+    node cache's, ``misses`` = (question, node) pairs encoded."""
+
+    def __init__(self, capacity: int = 200_000) -> None:
+        self.capacity = capacity
+        self._mem: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self.hits = self.misses = 0
+
+    def get(self, key: tuple[str, str]) -> float | None:
+        value = self._mem.get(key)
+        if value is not None:
+            self._mem.move_to_end(key)
+            self.hits += 1
+        return value
+
+    def put(self, key: tuple[str, str], value: float) -> None:
+        self.misses += 1
+        self._mem[key] = value
+        if len(self._mem) > self.capacity:
+            self._mem.popitem(last=False)
+
+    def stats(self) -> dict[str, int]:
+        return {"hits": self.hits, "disk_hits": 0, "misses": self.misses, "memory": len(self._mem)}
+
+
+_PAIR_MEMOS: dict[str, PairScoreMemo] = {}  # encoder fingerprint -> the process's scores (node_scorer)
+
+
+class CrossNodeScorer:
+    """s(q, v) = cos(f0(q), fθ(q ⊕ v)): each node read after the question (``encoder.node_pooling=cross``).
+
+    Query-aware, as Provence's pruner: every region token attends to the question, and the node's tokens
+    are mean-pooled (``TextEncoder.encode_pairs``). The score keeps the bi-encoder's scale (a cosine with
+    f0(q)), so the pairwise loss, λ and δ carry over. Not cacheable across questions: one forward per
+    (question, node) the refiner asks for, memoised for the run (``cache``).
+
+    Args:
+        encoder: a ``NodeEncoder`` with ``encode_pairs`` (fθ with an adapter, f0 without).
+        hierarchy: renders nodes to encoder inputs (text nodes only).
+        cache: the run's score memo (default: a fresh one).
+    """
+
+    def __init__(self, encoder: Any, hierarchy: Hierarchy, cache: PairScoreMemo | None = None) -> None:
+        self.encoder = encoder
+        self.hierarchy = hierarchy
+        self.cache = cache if cache is not None else PairScoreMemo()
+
+    def embed_query(self, query: str) -> CrossQuery:
+        """The query's text and its (D,) f0 embedding."""
+        return CrossQuery(query, _numpy(self.encoder.encode_queries([query]))[0])
+
+    def score(
+        self, query: str | CrossQuery, trees: Sequence[Tree], nodes: Sequence[Sequence[int]] | None = None
+    ) -> list[np.ndarray]:
+        """One score array per tree: (num_nodes,), or (len(nodes[j]),) for the requested nodes.
+
+        Raises:
+            ValueError: a node with frames (cross pooling reads text only) or a precomputed query vector.
+        """
+        if isinstance(query, np.ndarray):
+            raise ValueError("encoder.node_pooling=cross scores nodes against the question's text, not a vector")
+        q = query if isinstance(query, CrossQuery) else self.embed_query(query)
+        ids = [range(len(t)) for t in trees] if nodes is None else nodes
+        keys: list[list[tuple[str, str]]] = []
+        known: dict[tuple[str, str], float] = {}
+        todo: dict[tuple[str, str], Any] = {}
+        for tree, ii in zip(trees, ids, strict=True):
+            row = []
+            for i in ii:
+                x = self.hierarchy.node_input(tree, int(i))
+                if getattr(x, "frames", None):
+                    raise ValueError(
+                        f"encoder.node_pooling=cross reads text nodes only; node {int(i)} of item {tree.item.id!r} has frames"
+                    )
+                key = (q.text, input_text(x))
+                row.append(key)
+                if key not in known and key not in todo:
+                    value = self.cache.get(key)
+                    if value is None:
+                        todo[key] = x
+                    else:
+                        known[key] = value
+            keys.append(row)
+        if todo:
+            emb = _numpy(self.encoder.encode_pairs([k[0] for k in todo], list(todo.values())))
+            for key, value in zip(todo, emb @ q.vector, strict=True):
+                known[key] = float(value)
+                self.cache.put(key, known[key])
+        return [np.asarray([known[k] for k in row], dtype=np.float32) for row in keys]
+
+
 class FrozenEncoderView:
     """A ``NodeEncoder`` seen with its adapter disabled on both sides: f0(q) and f0(v).
 
@@ -125,6 +233,11 @@ class FrozenEncoderView:
         with self.encoder.adapter_disabled():
             return self.encoder.encode_spans(items, grad)
 
+    def encode_pairs(self, queries: Sequence[str], inputs: Sequence[Any], batch_size: int | None = None) -> Any:
+        """f0 node embeddings read after their question (``node_pooling=cross``): the adapter off."""
+        with self.encoder.adapter_disabled():
+            return self.encoder.encode_pairs(queries, inputs, batch_size)
+
 
 class QuerySideEncoder:
     """f0 query-side embeddings of node texts, seen as a node encoder (for a cache of retrieval vectors).
@@ -157,8 +270,9 @@ def node_scorer(
     cache_dir: str | Path | None = None,
     frozen: bool = False,
     require_adapter: bool = False,
-) -> NodeScorer:
-    """The ``scorer`` group's target: a ``NodeScorer`` over a node-embedding cache.
+) -> NodeScorer | CrossNodeScorer:
+    """The ``scorer`` group's target: a ``NodeScorer`` over a node-embedding cache (a ``CrossNodeScorer``,
+    with no cache, when the encoder reads nodes after the question: ``encoder.node_pooling=cross``).
 
     Args:
         encoder: the run's encoder.
@@ -174,6 +288,10 @@ def node_scorer(
         encoder = FrozenEncoderView(encoder)
     elif require_adapter and not getattr(encoder, "has_adapter", False):
         raise ValueError("scorer=ftheta needs a trained adapter: set encoder.adapter=DIR (or scorer=f0)")
+    if getattr(encoder, "node_pooling", "node") == "cross":
+        # one memo per encoder identity and process: a δ or k sweep in one process scores each pair once
+        memo = _PAIR_MEMOS.setdefault(str(encoder.fingerprint), PairScoreMemo())
+        return CrossNodeScorer(encoder, hierarchy, memo)
     cache = NodeEmbeddingCache(encoder, hierarchy, cache_dir=Path(cache_dir) if cache_dir else None)
     return NodeScorer(encoder, hierarchy, cache)
 

@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from canopy_lit.encoders.base import LATE_POOLINGS
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.types import Item, Tree
 
@@ -101,7 +102,7 @@ def item_digest(item: Item) -> str:
 
 def is_late(encoder: Any) -> bool:
     """Whether ``encoder`` embeds nodes by late chunking (``node_pooling`` late or late_region)."""
-    return getattr(encoder, "node_pooling", "node") in {"late", "late_region"}
+    return getattr(encoder, "node_pooling", "node") in LATE_POOLINGS
 
 
 def late_embed_trees(encoder: Any, hierarchy: Hierarchy, trees: Sequence[Tree]) -> list[np.ndarray]:

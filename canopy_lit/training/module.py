@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from canopy_lit.data.batch import PreferenceBatch
-from canopy_lit.encoders.base import NodeEncoder
+from canopy_lit.encoders.base import LATE_POOLINGS, NodeEncoder
 from canopy_lit.supervision import PairKind
 from canopy_lit.training.losses import pair_costs, pairwise_ranking_loss
 from canopy_lit.training.metrics import DecisionAccuracy
@@ -206,7 +206,7 @@ class NodeEncoderModule(L.LightningModule):
         gradients through the adapter; keys are then (item key, node id).
         """
         pooling = getattr(self.encoder, "node_pooling", "node")
-        if (batch.late is not None) != (pooling != "node"):
+        if (batch.late is not None) != (pooling in LATE_POOLINGS):
             raise ValueError(
                 f"encoder.node_pooling={pooling} but the batch {'carries' if batch.late is not None else 'does not carry'} "
                 "items and node spans: the datamodule's node_pooling must be the encoder's"
@@ -266,12 +266,52 @@ class NodeEncoderModule(L.LightningModule):
     def pair_scores(
         self, batch: PreferenceBatch, f0: bool = False, cache: dict[Any, torch.Tensor] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(N, P) winner and loser scores s(q, v) = cos(f0(q), fθ(v)) (f0 for nodes too when ``f0``)."""
+        """(N, P) winner and loser scores s(q, v) = cos(f0(q), fθ(v)) (f0 for nodes too when ``f0``);
+        with ``node_pooling=cross``, s(q, v) = cos(f0(q), fθ(q ⊕ v)) (``cross_pair_scores``)."""
+        if getattr(self.encoder, "node_pooling", "node") == "cross":
+            return self.cross_pair_scores(batch, f0, cache)
         q = self.query_embeddings(batch)[batch.query_index]  # (N, D)
         nodes = self.node_embeddings(batch, f0, cache)  # (U, D)
         s = nodes @ q.T  # (U, N): each distinct node scored against every instance's question
         cols = torch.arange(q.shape[0], device=s.device).unsqueeze(1)
         return s[batch.winner, cols], s[batch.loser, cols]
+
+    def cross_pair_scores(
+        self, batch: PreferenceBatch, f0: bool = False, cache: dict[Any, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N, P) winner and loser scores cos(f0(q), fθ(q ⊕ v)): each distinct (question, node) pair of the
+        batch read in one forward (``TextEncoder.tokenize_pairs``), the node's tokens pooled, with gradients
+        through the adapter. ``cache`` (eval) keys on (question, node key)."""
+        q = self.query_embeddings(batch)  # (Q, D)
+        keys = batch.cache_keys
+        qi = batch.query_index.tolist()
+        real = batch.mask.tolist()
+        pairs: dict[tuple[int, int], int] = {}
+
+        def rows(side: torch.Tensor) -> list[list[int]]:  # padding slots point at pair 0: masked in the loss
+            return [[pairs.setdefault((qi[n], u), len(pairs)) if ok else 0 for u, ok in zip(row, real[n], strict=True)]
+                    for n, row in enumerate(side.tolist())]  # fmt: skip
+
+        pair_of = torch.tensor([rows(batch.winner), rows(batch.loser)], dtype=torch.long)  # (2, N, P)
+        distinct = list(pairs)
+        ctx = self.encoder.adapter_disabled() if f0 else contextlib.nullcontext()
+        missing = [j for j, (a, u) in enumerate(distinct) if cache is None or (batch.query_texts[a], keys[u]) not in cache]
+        emb: dict[int, torch.Tensor] = {}
+        if missing:
+            tokens = self.encoder.tokenize_pairs(
+                [batch.query_texts[distinct[j][0]] for j in missing], [batch.node_texts[distinct[j][1]] for j in missing]
+            )
+            with ctx:
+                out = self.encoder.embed_sorted(tokens, self.hparams.chunk_size).float()
+            for j, e in zip(missing, out, strict=True):
+                emb[j] = e
+                if cache is not None:
+                    cache[(batch.query_texts[distinct[j][0]], keys[distinct[j][1]])] = e
+        nodes = torch.stack([emb[j] if j in emb else cache[(batch.query_texts[a], keys[u])]  # type: ignore[index]
+                             for j, (a, u) in enumerate(distinct)])  # fmt: skip
+        s = (nodes * q[torch.tensor([a for a, _ in distinct], device=q.device)]).sum(-1)  # (pairs,)
+        s = s[pair_of.to(s.device)]
+        return s[0], s[1]
 
     # ----------------------------------------------------------------- steps
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:

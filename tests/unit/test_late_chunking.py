@@ -159,7 +159,7 @@ def test_late_pooling_refuses_items_without_text_spans_and_bad_values() -> None:
     h = Hierarchy(2)
     with pytest.raises(NotImplementedError, match="node_pooling=late works on text and table items only"):
         h.node_spans(h.build(item))
-    with pytest.raises(ValueError, match="encoder.node_pooling must be one of node, late, late_region, got 'lat'"):
+    with pytest.raises(ValueError, match="encoder.node_pooling must be one of node, late, late_region, cross, got 'lat'"):
         TextEncoder("minilm", node_pooling="lat")
 
 
@@ -176,4 +176,4 @@ def test_node_pooling_composes_and_a_bad_value_is_one_clear_error(hydra_ctx) -> 
         assert compose(config).encoder.node_pooling == "node"
     with pytest.raises(ConfigError) as err:
         validate_eval_config(compose("evaluate", overrides=["encoder.node_pooling=chunked"]))
-    assert err.value.problems == ["encoder.node_pooling must be one of node, late, late_region, got 'chunked'"]
+    assert err.value.problems == ["encoder.node_pooling must be one of node, late, late_region, cross, got 'chunked'"]

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The scorer study (issue "a compressor worth using"): fθ trained with other node poolings, on the frontier
+# beside today's per-node fθ and f0 (scripts/frontier.sh).
+#   late   each item encoded once, every node pooled from that forward (late chunking)
+#   cross  each node read after the question, [CLS] q [SEP] node [SEP] (a cross-encoder; not cacheable)
+# For each pooling in POOLINGS:
+#   1. train.py: the quickstart recipe's `base` row (150 steps, the recipe table's data and seed) through that
+#      pooling's forward -> experiments/runs/scorers/<pooling>_base (adapter, metrics, test pass);
+#   2. validation frontier (first VAL_LIMIT questions of each in-domain val split): CANOPY fθ over δ, k = 5,
+#      into experiments/runs/frontier_val (run folders named by the pooling, so they never mix with per-node
+#      fθ's); `python experiments/frontier.py choose` then picks each pooling's δ like fθ's;
+#   3. test (full splits): CANOPY fθ and flat leaves at CANOPY's tokens over δ, into experiments/runs/frontier.
+# Every step resumes: a trained adapter is not retrained and every sweep skips its finished run folders, so
+# the script can be stopped and rerun. STEPS="train val" (or "test") runs some steps only. Then
+#   python -m canopy_lit.report pack experiments/runs/frontier_val experiments/runs/frontier
+#   python experiments/frontier.py      # figures and tables, the scorers beside fθ and f0
+set -euo pipefail
+cd "$(dirname "$0")/.."
+POOLINGS=${POOLINGS:-late cross}
+STEPS=${STEPS:-train val test}
+VAL_LIMIT=${VAL_LIMIT:-100}
+BENCHMARKS=${BENCHMARKS:-hotpotqa,nq,ottqa,tatqa}
+VAL_BENCHMARKS=${VAL_BENCHMARKS:-hotpotqa,nq,ottqa}
+DELTAS=${DELTAS:-0,0.01,0.02,0.03,0.04,0.06,0.08,0.12}
+PY=${PY:-.venv/bin/python}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+VAL=experiments/runs/frontier_val
+TEST=experiments/runs/frontier
+for archive in "$VAL.zip" "$TEST.zip"; do
+  [ ! -f "$archive" ] || "$PY" -m canopy_lit.report unpack --if-stale "$archive"
+done
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+
+for pooling in $POOLINGS; do
+  run=experiments/runs/scorers/${pooling}_base
+  if has train && [ ! -f "$run/adapter/adapter_config.json" ]; then
+    "$PY" train.py experiment=quickstart encoder.node_pooling="$pooling" trainer.max_time=null trainer.max_steps=150 \
+      trainer.val_check_interval=50 datamodule.options.nq.max_questions.test=null threads=1 hydra.run.dir="$run"
+  fi
+  sweep() {
+    "$PY" evaluate.py -m +ablation=frontier adapter="$run/adapter" encoder.node_pooling="$pooling" scorer=ftheta \
+      progress=false "$@"
+  }
+  if has val; then
+    sweep data.split=val limit="$VAL_LIMIT" data="$VAL_BENCHMARKS" refine.descend_margin="$DELTAS" variant=full \
+      hydra.sweep.dir=$VAL
+  fi
+  if has test; then
+    sweep data="$BENCHMARKS" refine.descend_margin="$DELTAS" variant=full,flat_matched hydra.sweep.dir=$TEST
+  fi
+done
+if has val; then "$PY" experiments/frontier.py choose; fi
