@@ -27,6 +27,7 @@ import torch  # noqa: E402
 
 def registry() -> dict[str, Callable[[bool], dict[str, Any]]]:
     import batched_loop
+    import cross_scoring
     import late_chunking
     import memory
     import refine
@@ -41,6 +42,7 @@ def registry() -> dict[str, Callable[[bool], dict[str, Any]]]:
         "encoder_cost": lambda q: retrieval.encoder_cost(quick=q),
         "cache_speedup": lambda q: retrieval.cache_speedup(quick=q),
         "late_vs_node": lambda q: late_chunking.run(quick=q),
+        "cross_vs_node": lambda q: cross_scoring.run(quick=q),
         "train_step_vs_raw": lambda q: train_step.run(quick=q),
         "train_step_gpu": lambda q: _on_cuda(lambda: train_step.run(quick=q, device="cuda", n_batches=10 if q else 30)),
         "faiss_vs_raw": lambda q: retrieval.faiss_vs_raw(quick=q),
