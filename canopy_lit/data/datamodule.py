@@ -14,404 +14,35 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import lightning as L
-import torch
-from torch.nn.utils.rnn import pad_sequence
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, SequentialSampler
+from torch.utils.data import DataLoader, SequentialSampler
 
-from canopy_lit.data.batch import LateNodes, PreferenceBatch
 from canopy_lit.data.benchmark import load_benchmark
+from canopy_lit.data.collate import PreferenceCollate, Tokenize
+from canopy_lit.data.examples import Example, ExampleDataset, render_instance
+from canopy_lit.data.sampler import GroupedBatchSampler, item_groups
 from canopy_lit.data.splits import carve_val, split_questions
 from canopy_lit.encoders.base import EncoderInput
 from canopy_lit.errors import ConfigError
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.supervision import Instance, PairKind, add_hard_negatives, training_instances
+from canopy_lit.supervision import Instance, add_hard_negatives, training_instances
 from canopy_lit.supervision import InstanceStats as SplitStats
-from canopy_lit.types import NodeInput, Question, Tree
+from canopy_lit.types import Question, Tree
 
 log = logging.getLogger(__name__)
 _UNSET = object()
 
-Tokenize = Callable[[Sequence[EncoderInput]], dict[str, torch.Tensor]]
 SPLITS = ("train", "val", "test")
 # Hard negatives only shape training: val / test batches stay P(v)-only, so selection and test
 # numbers remain comparable with runs trained without them.
 HARD_NEGATIVE_SPLITS = ("train",)
-REAL_PAIR_KINDS = frozenset(PairKind) - {PairKind.PADDING}
 # the poolings whose batches differ (late ones carry items); cross pooling reads the per-node batches
 NODE_POOLINGS = ("node", "late", "late_region")
 
 
-@dataclass
-class Example:
-    """One instance, rendered: node inputs of v and its children, pairs as local indices into ``inputs``.
-
-    With hard negatives, their inputs follow the children and their pairs (kind ``HARD_NEGATIVE``)
-    follow P(v)'s.
-    """
-
-    question: str
-    inputs: list[NodeInput]  # inputs[0] = v, then children in leaf order, then hard negatives
-    pairs: list[tuple[int, int]]  # (winner, loser) local indices
-    kinds: list[PairKind]  # per pair: what it compares (PADDING is no kind of a real pair)
-    benchmark: int
-    depth: int
-    question_id: str = ""
-    item_id: str = ""
-    stop: bool = False  # v fully gold: refinement should keep it whole (else descend)
-    # late pooling only: (item key, node id) of each input, its node in its item's tree (``render_instance``)
-    nodes: list[tuple[str, int]] | None = None
-
-    @property
-    def texts(self) -> list[str]:
-        return [x.text for x in self.inputs]
-
-
-def item_key(benchmark_id: int, tree: Tree) -> str:
-    """The key of a tree's item in a datamodule (late pooling): benchmark id and item id."""
-    return f"{benchmark_id}:{tree.item.id}"
-
-
-def render_instance(
-    inst: Instance,
-    hierarchy: Hierarchy,
-    benchmark_id: int,
-    input_cache: dict | None = None,
-    item_spans: dict[str, tuple[str, list[list[tuple[int, int]]]]] | None = None,
-) -> Example:
-    """Node inputs of v, its children and its hard negatives (``hierarchy.node_input``, as inference)
-    plus the re-indexed pairs: P(v) first, then gold node ≻ hard negative.
-
-    ``item_spans`` (late pooling): each input's (item key, node id) goes into ``Example.nodes`` and each
-    item's text and node ranges (``hierarchy.node_spans``, once per item) into ``item_spans``.
-    """
-    tree = inst.tree
-
-    def render(t: Tree, n: int) -> NodeInput:
-        # A node's rendering depends on its item and leaf range only (as in the node-embedding cache).
-        key = (t.item.id, int(t.starts[n]), int(t.ends[n]))
-        if input_cache is not None and key in input_cache:
-            return input_cache[key]
-        x = hierarchy.node_input(t, n)
-        if input_cache is not None:
-            input_cache[key] = x
-        return x
-
-    ids = [inst.node, *tree.children[inst.node]]
-    local = {n: i for i, n in enumerate(ids)}
-    inputs = [render(tree, n) for n in ids] + [render(t, n) for t, n in inst.hard_negatives]
-    pairs = [(local[a], local[b]) for a, b in inst.pairs]
-    hard = [(local[g], len(ids) + k) for g, k in inst.hard_pairs]
-    nodes = None
-    if item_spans is not None:
-        owners = [(tree, n) for n in ids] + list(inst.hard_negatives)
-        nodes = []
-        for t, n in owners:
-            key = item_key(benchmark_id, t)
-            if key not in item_spans:
-                item_spans[key] = hierarchy.node_spans(t)
-            nodes.append((key, int(n)))
-    return Example(
-        inst.question,
-        inputs,
-        pairs + hard,
-        inst.pair_kinds + [PairKind.HARD_NEGATIVE] * len(hard),
-        benchmark_id,
-        inst.depth,
-        inst.question_id,
-        tree.item.id,
-        inst.stop,
-        nodes,
-    )
-
-
-class ExampleDataset(Dataset):
-    """Examples by index, or a list of examples for a list of indices (one whole batch per sampler step)."""
-
-    def __init__(self, examples: list[Example]) -> None:
-        self.examples = examples
-
-    def __len__(self) -> int:
-        return len(self.examples)
-
-    def __getitem__(self, i: int | list[int]) -> Example | list[Example]:
-        if isinstance(i, list):
-            return [self.examples[j] for j in i]
-        return self.examples[i]
-
-
-def item_groups(examples: Sequence[Example]) -> list[list[int]]:
-    """Indices of the instances of each (question, gold item), in first-seen order."""
-    groups: dict[tuple[str, str], list[int]] = {}
-    for i, e in enumerate(examples):
-        groups.setdefault((e.question_id, e.item_id), []).append(i)
-    return list(groups.values())
-
-
-def fill_batches(indices: Sequence[int], n_batches: int, batch_size: int) -> list[list[int]]:
-    """Split ``indices`` in order into exactly ``n_batches`` non-empty batches.
-
-    Batches hold ``batch_size`` indices while the rest still fills the remaining batches (so one
-    process gives plain consecutive chunks); a share larger than ``n_batches * batch_size`` spreads
-    the surplus evenly instead of dropping it.
-    """
-    if len(indices) < n_batches:
-        raise ValueError(f"{len(indices)} instances cannot fill {n_batches} batches")
-    out: list[list[int]] = []
-    pos = 0
-    for j in range(n_batches):
-        rest, left = len(indices) - pos, n_batches - j
-        size = max(min(batch_size, rest - (left - 1)), -(-rest // left))
-        out.append(list(indices[pos : pos + size]))
-        pos += size
-    return out
-
-
-class GroupedBatchSampler(DistributedSampler):
-    """Whole batches of example indices for one process of ``num_replicas``, groups kept together.
-
-    Each group (the instances of one (question, gold item), or single instances) goes to exactly one
-    process: the (optionally shuffled) group sequence is cut into ``num_replicas`` contiguous shares
-    at the group boundaries nearest to equal instance counts. Every process then yields the same
-    number of batches, ``ceil(N / (num_replicas * batch_size))``, filled in order, so DDP ranks stay
-    in step and every instance is seen exactly once per epoch (no padding duplicates, no drops).
-    With one process the batches are consecutive ``batch_size`` chunks of the group order.
-
-    The order depends only on ``(seed, epoch)``: Lightning calls ``set_epoch`` at every epoch start
-    (also after a resume), and ``state_dict`` / ``load_state_dict`` carry the epoch in checkpoints.
-
-    It subclasses ``DistributedSampler`` because Lightning leaves a loader whose sampler is one alone
-    (``use_distributed_sampler=True`` would otherwise re-wrap it and break the grouping). Use it as a
-    DataLoader ``sampler`` with ``batch_size=None`` over an :class:`ExampleDataset`.
-    """
-
-    def __init__(
-        self,
-        groups: Sequence[Sequence[int]],
-        batch_size: int,
-        shuffle: bool = True,
-        seed: int = 0,
-        num_replicas: int = 1,
-        rank: int = 0,
-    ) -> None:
-        if not 0 <= rank < num_replicas:
-            raise ValueError(f"rank {rank} outside [0, {num_replicas})")
-        if batch_size < 1:
-            raise ValueError(f"datamodule.batch_size must be >= 1, got {batch_size}")
-        self.groups = [list(g) for g in groups if len(g)]
-        self.batch_size = batch_size
-        self.shuffle = shuffle
-        self.seed = seed
-        self.num_replicas = num_replicas
-        self.rank = rank
-        self.epoch = 0
-        self.drop_last = False
-        n = sum(len(g) for g in self.groups)
-        self.total_size = n
-        self._len = -(-n // (num_replicas * batch_size)) if n else 0
-        self.num_samples = self._len
-        if n and self._len:
-            # Fail at construction, not in the middle of an epoch: every share must fill its batches.
-            self._shares(list(range(len(self.groups))))
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
-
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "seed": self.seed}
-
-    def load_state_dict(self, state: Mapping[str, int]) -> None:
-        self.epoch = int(state.get("epoch", 0))
-
-    def _order(self) -> list[int]:
-        order = list(range(len(self.groups)))
-        if self.shuffle:
-            random.Random(f"{self.seed}:{self.epoch}").shuffle(order)
-        return order
-
-    def _shares(self, order: list[int]) -> list[list[int]]:
-        """Instance indices of each process: contiguous runs of whole groups, near-equal sizes."""
-        sizes = [len(self.groups[g]) for g in order]
-        total = sum(sizes)
-        shares: list[list[int]] = [[] for _ in range(self.num_replicas)]
-        r, done = 0, 0
-        for g, size in zip(order, sizes, strict=True):
-            # Move on to the next process once this one is closer to its target without the group.
-            target = total * (r + 1) / self.num_replicas
-            if r < self.num_replicas - 1 and shares[r] and done + size / 2 > target:
-                r += 1
-            shares[r].extend(self.groups[g])
-            done += size
-        short = [i for i, s in enumerate(shares) if len(s) < self._len]
-        if short:
-            raise ValueError(
-                f"{total} instances in {len(self.groups)} groups cannot give {self.num_replicas} processes "
-                f"{self._len} batches each (processes {short} fall short): use fewer devices or more data"
-            )
-        return shares
-
-    def batches(self) -> list[list[int]]:
-        """This process's batches for the current epoch."""
-        if not self._len:
-            return []
-        share = self._shares(self._order())[self.rank]
-        return fill_batches(share, self._len, self.batch_size)
-
-    def __iter__(self) -> Iterator[list[int]]:
-        return iter(self.batches())
-
-    def __len__(self) -> int:
-        return self._len
-
-
-class PreferenceCollate:
-    """Examples -> one :class:`PreferenceBatch` with each distinct node input and question tokenised once.
-
-    Tokens come from a cache filled once per dataset (:meth:`pretokenize`), so a batch only pads and
-    stacks id lists; inputs missing from the cache (visual nodes, ad-hoc examples) are tokenised here.
-
-    Late pooling (examples with ``nodes``): nodes are told apart by (item key, node id), and the batch carries
-    the distinct items, each tokenised once per dataset by ``late_tokenize`` (the encoder's), and each node's
-    character ranges from ``items`` (item key -> text and node ranges, filled by ``render_instance``) instead
-    of node tokens.
-    """
-
-    def __init__(self, tokenize: Tokenize | None = None, late_tokenize: Callable[[Sequence[str]], list[Any]] | None = None) -> None:
-        self.tokenize = tokenize
-        self.cache: dict[str, dict[str, torch.Tensor]] = {}  # text -> unpadded (L,) ids per tokenizer key
-        self.pad_values: dict[str, int] = {}
-        self.late_tokenize = late_tokenize
-        self.items: dict[str, tuple[str, list[list[tuple[int, int]]]]] = {}  # item key -> text, node ranges
-        self.late_cache: dict[str, Any] = {}  # item key -> LateItem
-
-    def pretokenize_items(self, keys: Sequence[str], chunk: int = 256) -> int:
-        """Late-tokenise the items ``keys`` not tokenised yet; returns how many were added."""
-        if self.late_tokenize is None:
-            return 0
-        todo = list(dict.fromkeys(k for k in keys if k not in self.late_cache))
-        for b in range(0, len(todo), chunk):
-            part = todo[b : b + chunk]
-            for k, plan in zip(part, self.late_tokenize([self.items[k][0] for k in part]), strict=True):
-                self.late_cache[k] = plan
-        return len(todo)
-
-    def late_nodes(self, node_refs: Sequence[tuple[str, int]]) -> LateNodes:
-        """The batch's items (first-seen order) and each node's item row and ranges."""
-        if self.late_tokenize is None:
-            raise ValueError("late pooling needs the encoder's late_tokenize: datamodule.set_tokenizer(..., late=...)")
-        keys = list(dict.fromkeys(k for k, _ in node_refs))
-        self.pretokenize_items(keys)
-        row = {k: i for i, k in enumerate(keys)}
-        return LateNodes(
-            items=[self.late_cache[k] for k in keys],
-            node_item=torch.tensor([row[k] for k, _ in node_refs], dtype=torch.long),
-            node_spans=[[tuple(r) for r in self.items[k][1][n]] for k, n in node_refs],
-        )
-
-    def pretokenize(self, inputs: Sequence[EncoderInput], chunk: int = 512) -> int:
-        """Tokenise every distinct text-only input once into unpadded (L,) id rows; returns how many were added.
-
-        Needs a right-padding tokenizer (``attention_mask`` rows of ones then zeros), as both encoders use.
-        """
-        if self.tokenize is None:
-            return 0
-        todo = list(dict.fromkeys(x for x in (_key(i) for i in inputs) if isinstance(x, str) and x not in self.cache))
-        for b in range(0, len(todo), chunk):
-            texts = todo[b : b + chunk]
-            enc = self.tokenize(texts)
-            if "attention_mask" not in enc or any(k.startswith("pixel") for k in enc):
-                return b  # not a padded text tokenizer: collate tokenises per batch
-            mask = enc["attention_mask"]
-            lengths = mask.sum(1)
-            if not bool((mask == (torch.arange(mask.shape[1]) < lengths[:, None])).all()):
-                raise ValueError("pre-tokenisation needs right padding (attention_mask ones, then zeros)")
-            for k, v in enc.items():
-                pad = v[mask == 0]
-                if len(pad) and k not in self.pad_values:
-                    self.pad_values[k] = int(pad[0])
-            for i, t in enumerate(texts):
-                n = int(lengths[i])
-                self.cache[t] = {k: v[i, :n].clone() for k, v in enc.items()}
-        return len(todo)
-
-    def tokens(self, inputs: Sequence[EncoderInput]) -> dict[str, torch.Tensor]:
-        """Padded (B, L) token tensors of ``inputs``: from the cache when every input is in it."""
-        assert self.tokenize is not None
-        keys = [_key(x) for x in inputs]
-        if not all(isinstance(k, str) and k in self.cache for k in keys):
-            return self.tokenize(list(inputs))
-        rows = [self.cache[k] for k in keys]
-        return {
-            name: pad_sequence([r[name] for r in rows], batch_first=True, padding_value=self.pad_values.get(name, 0))
-            for name in rows[0]
-        }
-
-    def __call__(self, examples: Sequence[Example]) -> PreferenceBatch:
-        node_row: dict[Any, int] = {}
-        node_inputs: list[NodeInput] = []
-        query_row: dict[str, int] = {}
-        n, p = len(examples), max(max((len(e.pairs) for e in examples), default=1), 1)
-        winner = torch.zeros(n, p, dtype=torch.long)
-        loser = torch.zeros(n, p, dtype=torch.long)
-        pair_kind = torch.full((n, p), PairKind.PADDING, dtype=torch.long)
-        qidx = torch.empty(n, dtype=torch.long)
-        late = any(e.nodes is not None for e in examples)
-        if late and not all(e.nodes is not None for e in examples):
-            raise ValueError("a batch mixes examples rendered for late pooling (with nodes) and per-node ones")
-        for i, e in enumerate(examples):
-            rows = []
-            for j, x in enumerate(e.inputs):
-                k = e.nodes[j] if late else _key(x)  # late: a node is its place in its item, not its text
-                if k not in node_row:
-                    node_row[k] = len(node_inputs)
-                    node_inputs.append(x)
-                rows.append(node_row[k])
-            qidx[i] = query_row.setdefault(e.question, len(query_row))
-            for k, ((a, b), kind) in enumerate(zip(e.pairs, e.kinds, strict=True)):
-                if kind not in REAL_PAIR_KINDS:
-                    raise ValueError(
-                        f"example of question {e.question_id!r}, item {e.item_id!r}: pair {k} has kind "
-                        f"{kind!r}, expected one of {sorted(x.name for x in REAL_PAIR_KINDS)}"
-                    )
-                winner[i, k], loser[i, k], pair_kind[i, k] = rows[a], rows[b], kind
-        node_texts = [x.text for x in node_inputs]
-        query_texts = list(query_row)
-        node_keys = None
-        late_nodes = None
-        if late:
-            node_keys = list(node_row)
-            late_nodes = self.late_nodes(node_keys)
-        elif any(x.frames for x in node_inputs):  # text-only batches: the texts are the keys
-            # (path, t) tuples, not Frames: Lightning's batch transfer rejects frozen dataclasses.
-            node_keys = [
-                (x.text, tuple((f.path, f.t) for f in x.frames)) if x.frames else x.text for x in node_inputs
-            ]
-        node_tokens = query_tokens = None
-        if self.tokenize is not None:
-            if not late:  # late: nodes are pooled from their items' tokens
-                node_tokens = self.tokens(node_texts if node_keys is None else node_inputs)
-            query_tokens = self.tokens(query_texts)
-        return PreferenceBatch(
-            node_texts=node_texts,
-            query_texts=query_texts,
-            query_index=qidx,
-            winner=winner,
-            loser=loser,
-            pair_kind=pair_kind,
-            benchmark=torch.tensor([e.benchmark for e in examples], dtype=torch.long),
-            depth=torch.tensor([e.depth for e in examples], dtype=torch.long),
-            stop=torch.tensor([e.stop for e in examples], dtype=torch.bool),
-            question_ids=[e.question_id for e in examples],
-            item_ids=[e.item_id for e in examples],
-            node_keys=node_keys,
-            node_tokens=node_tokens,
-            query_tokens=query_tokens,
-            late=late_nodes,
-        )
 
 
 def _named(benchmarks: Mapping[str, Mapping[str, Any] | None] | Sequence[str] | str | None) -> dict[str, dict[str, Any]]:
@@ -447,12 +78,6 @@ def _plain(value: Any) -> Any:
 def _show(settings: Mapping[str, Any], key: str) -> str:
     return repr(settings[key]) if key in settings else "unset"
 
-
-def _key(x: EncoderInput) -> Any:
-    """Cache / dedup key: the text of a text-only input, (text, frames) of a visual one."""
-    if isinstance(x, NodeInput):
-        return (x.text, tuple(x.frames)) if x.frames else x.text
-    return x
 
 
 class PreferenceDataModule(L.LightningDataModule):

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from canopy_lit.data import load_benchmark, split_questions
-from canopy_lit.data.datamodule import PreferenceDataModule, render_instance
+from canopy_lit.data.datamodule import PreferenceDataModule
+from canopy_lit.data.examples import render_instance
 from canopy_lit.encoders import load_encoder
 from canopy_lit.hierarchy import Frame, Hierarchy, NodeInput, VideoTreeBuilder
 from canopy_lit.retrieval.node_cache import NodeEmbeddingCache

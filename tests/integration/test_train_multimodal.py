@@ -22,7 +22,9 @@ from hydra.utils import instantiate
 from test_encoder_qwen3vl import _image_node, _video_tree, _visual_encoder
 
 from canopy_lit.data import load_benchmark
-from canopy_lit.data.datamodule import Example, PreferenceCollate, PreferenceDataModule
+from canopy_lit.data.collate import PreferenceCollate
+from canopy_lit.data.datamodule import PreferenceDataModule
+from canopy_lit.data.examples import Example
 from canopy_lit.data.readers._gold import clip_leaves
 from canopy_lit.encoders import NodeEncoder, load_encoder
 from canopy_lit.hierarchy import Hierarchy, NodeInput, VideoTreeBuilder

@@ -7,7 +7,8 @@ import random
 import pytest
 from torch.utils.data import DistributedSampler
 
-from canopy_lit.data.datamodule import GroupedBatchSampler, PreferenceDataModule, fill_batches
+from canopy_lit.data.datamodule import PreferenceDataModule
+from canopy_lit.data.sampler import GroupedBatchSampler, fill_batches
 
 
 def _groups(seed: int = 0, n: int = 40) -> list[list[int]]:
@@ -75,7 +76,7 @@ def test_order_depends_on_seed_and_epoch_only() -> None:
 
 def test_state_dict_round_trip_through_the_datamodule() -> None:
     """A checkpoint's datamodule state restores the train sampler's epoch, before or after it exists."""
-    from canopy_lit.data.datamodule import Example
+    from canopy_lit.data.examples import Example
     from canopy_lit.hierarchy import NodeInput
 
     ex = [Example(f"q{i // 3}", [NodeInput("v")], [], [], 0, 0, f"q{i // 3}", "item") for i in range(30)]
@@ -106,7 +107,7 @@ def test_fill_batches_spreads_a_larger_share() -> None:
 
 def test_workers_follow_the_epoch() -> None:
     """Persistent workers + pinned memory: each epoch's loader output is that epoch's sampler order."""
-    from canopy_lit.data.datamodule import Example
+    from canopy_lit.data.examples import Example
     from canopy_lit.hierarchy import NodeInput
 
     ex = [Example(f"q{i // 3}", [NodeInput(f"v{i}")], [], [], 0, 0, f"q{i // 3}", "item") for i in range(40)]

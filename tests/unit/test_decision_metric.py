@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from canopy_lit.data.datamodule import PreferenceCollate, render_instance
+from canopy_lit.data.collate import PreferenceCollate
+from canopy_lit.data.examples import render_instance
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.supervision import PairKind, decision_correct, instances_for
 from canopy_lit.training.metrics import DecisionAccuracy, pairs_hold

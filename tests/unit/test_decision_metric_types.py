@@ -61,7 +61,8 @@ def test_collate_marks_stop_instances(data_dir) -> None:
     """A fully gold v (pairs v ≻ every child) is "stop", a partly gold one "descend", on a real HotpotQA tree."""
     import json
 
-    from canopy_lit.data.datamodule import PreferenceCollate, render_instance
+    from canopy_lit.data.collate import PreferenceCollate
+    from canopy_lit.data.examples import render_instance
     from canopy_lit.hierarchy import Hierarchy
     from canopy_lit.supervision import instances_for
     from canopy_lit.types import Item, Modality

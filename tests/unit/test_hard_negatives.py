@@ -11,7 +11,9 @@ import torch
 
 from canopy_lit.data import load_benchmark, split_questions
 from canopy_lit.data.batch import PreferenceBatch
-from canopy_lit.data.datamodule import PreferenceCollate, PreferenceDataModule, render_instance
+from canopy_lit.data.collate import PreferenceCollate
+from canopy_lit.data.datamodule import PreferenceDataModule
+from canopy_lit.data.examples import render_instance
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.supervision import (
     PairKind,

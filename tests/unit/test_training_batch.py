@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from canopy_lit.data import load_benchmark, split_questions
-from canopy_lit.data.datamodule import Example, PreferenceCollate, render_instance
+from canopy_lit.data.collate import PreferenceCollate
+from canopy_lit.data.examples import Example, render_instance
 from canopy_lit.hierarchy import Hierarchy, NodeInput
 from canopy_lit.supervision import PairKind, add_hard_negatives, pair_kind, training_instances
 from canopy_lit.training import PreferenceBatch
