@@ -57,4 +57,16 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     shutil.rmtree(old, ignore_errors=True)
 
 
-__all__ = ["atomic_dir", "atomic_write_text"]
+@contextmanager
+def naming(path: str | Path) -> Iterator[None]:
+    """Give an ``OSError`` raised inside the file name ``path`` when it has none: a failed ``write(2)``
+    (a full disk) carries no name, and the user must learn where space ran out."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is not None or err.errno is None:
+            raise
+        raise OSError(err.errno, err.strerror, str(path)) from err
+
+
+__all__ = ["atomic_dir", "atomic_write_text", "naming"]

@@ -32,9 +32,9 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from canopy_lit.eval.records import RecordLog, naming
+from canopy_lit.eval.records import RecordLog
 from canopy_lit.eval.summary import score_record, summarize
-from canopy_lit.io import atomic_write_text
+from canopy_lit.io import atomic_write_text, naming
 from canopy_lit.llm.base import LLMError, redact
 from canopy_lit.pipeline.trace import QuestionRecord
 from canopy_lit.types import Question

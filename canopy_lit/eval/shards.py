@@ -19,8 +19,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from canopy_lit.data.shards import Shard
 from canopy_lit.eval.harness import read_question_ids
-from canopy_lit.eval.records import RUN_FILE, SETTINGS_FILE, naming, read_predictions, read_run_axes
-from canopy_lit.io import atomic_write_text
+from canopy_lit.eval.records import RUN_FILE, SETTINGS_FILE, read_predictions, read_run_axes
+from canopy_lit.io import atomic_write_text, naming
 
 SHARD_AXIS = "shard"  # the run.json key naming a shard folder's shard
 MERGED_FILE = "merged_shards.json"  # in a merged run folder: the shard folders it was merged from
