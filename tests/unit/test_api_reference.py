@@ -20,6 +20,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 PUBLIC_PACKAGES = [
     "canopy_lit",
+    "canopy_lit.assets",
     "canopy_lit.data",
     "canopy_lit.encoders",
     "canopy_lit.hierarchy",

