@@ -31,7 +31,7 @@ import gc, json, resource, sys, time
 from array import array
 import numpy as np
 from canopy_lit.retrieval.corpus import CorpusStore
-from canopy_lit.retrieval.index import IdMap
+from canopy_lit.retrieval.ids import IdMap
 from canopy_lit.types import Modality
 
 def rss():

@@ -124,7 +124,8 @@ def _queries(nq: int, dim: int) -> np.ndarray:
 
 def step_search(work: Path, dim: int, nq: int, out: str, raw: bool) -> dict[str, Any]:
     faiss = _imports()
-    from canopy_lit.retrieval.index import FaissIndex, IdArray, normalize
+    from canopy_lit.retrieval.ids import IdArray
+    from canopy_lit.retrieval.index import FaissIndex, normalize
 
     q = _queries(nq, dim)
     if raw:  # one plain FAISS flat index, searched directly

@@ -33,7 +33,7 @@ _EXPORTS = {
     "load_shards": "encode",
     "evaluate_retrieval": "evaluate",
     "recall_at": "evaluate",
-    "KINDS": "index",
+    "KINDS": "faiss_codes",
     "FaissIndex": "index",
     "SearchResult": "index",
     "NodeEmbeddingCache": "node_cache",

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from canopy_lit.assets import default_cache_dir
+from canopy_lit.retrieval.faiss_codes import KINDS  # no FAISS import: it loads lazily
 
 DEFAULT_BENCHMARKS = ["nq", "hotpotqa", "ottqa", "tatqa"]
-KINDS = ("flat_sq_fp16", "flat", "ivfpq")  # retrieval.index.KINDS (that module pulls in FAISS)
 # The preset of each index kind: its index_options are what `retrieval=<preset>` runs look the index up by.
 PRESETS = {"flat_sq_fp16": "default", "flat": "flat", "ivfpq": "ivfpq"}
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "retrieval"

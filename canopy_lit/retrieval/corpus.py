@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from canopy_lit.hierarchy import Hierarchy, NodeInput
-from canopy_lit.retrieval.index import IdArray, IdMap
+from canopy_lit.retrieval.ids import IdArray, IdMap
 from canopy_lit.types import Item, Modality
 
 if TYPE_CHECKING:

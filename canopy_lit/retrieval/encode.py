@@ -37,7 +37,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from canopy_lit.hierarchy import Hierarchy, NodeInput
 from canopy_lit.retrieval.corpus import CorpusStore, render_item
-from canopy_lit.retrieval.index import embedding_shards, shard_ids_path
+from canopy_lit.retrieval.embedding_shards import embedding_shards, shard_ids_path
 
 log = logging.getLogger(__name__)
 

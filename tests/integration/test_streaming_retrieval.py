@@ -18,7 +18,8 @@ from lightning.pytorch.callbacks import Callback
 
 from canopy_lit.retrieval.corpus import CorpusStore, render_item
 from canopy_lit.retrieval.encode import encode_corpus, finished_shards, load_shards
-from canopy_lit.retrieval.index import FaissIndex, IdArray
+from canopy_lit.retrieval.ids import IdArray
+from canopy_lit.retrieval.index import FaissIndex
 
 N_QUESTIONS = 3  # HotpotQA test questions; their 10 paragraphs each (+ one table) are the corpus
 CPU = {"accelerator": "cpu", "devices": 1}

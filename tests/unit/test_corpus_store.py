@@ -50,7 +50,7 @@ def test_ids_are_packed_bytes_not_a_list_of_str(tmp_path) -> None:
     int64 offsets, equal to the list wherever a list was compared or looked up."""
     import pickle
 
-    from canopy_lit.retrieval.index import IdArray
+    from canopy_lit.retrieval.ids import IdArray
 
     items = [*ITEMS, Item(id="fx:ü ünïcode", modality="text", text="x")]
     store = CorpusStore.write(items, tmp_path / "c.jsonl")

@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from canopy_lit.retrieval.index import FaissIndex, IdArray, IdMap, normalize, write_ids
+from canopy_lit.retrieval.ids import IdArray, IdMap, write_ids
+from canopy_lit.retrieval.index import FaissIndex, normalize
 
 
 @pytest.fixture(autouse=True)
@@ -142,14 +143,14 @@ def test_missing_embedding_and_bad_shards_are_one_clear_error(shards) -> None:
 
 
 def test_a_failed_build_leaves_no_index_folder(shards, monkeypatch) -> None:
-    import canopy_lit.retrieval.index as index_mod
+    import canopy_lit.retrieval.ids as ids_mod
 
     tmp, ids, _, groups, _ = shards
 
     def boom(self, ids):
         raise OSError("disk full")
 
-    monkeypatch.setattr(index_mod._IdWriter, "add", boom)
+    monkeypatch.setattr(ids_mod.IdWriter, "add", boom)
     with pytest.raises(OSError, match="disk full"):
         FaissIndex.build_from_shards(tmp / "emb", ids, tmp / "idx", groups=groups)
     assert not (tmp / "idx").exists() and not list(tmp.glob("idx.tmp*"))

@@ -1,0 +1,72 @@
+"""FAISS index construction for ``FaissIndex``: an index of each kind (``KINDS``), and vectors normalised and
+encoded block by block into a code buffer sized once (``fill_index``), so the (N, D) float32 matrix never exists."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+KINDS = ("flat_sq_fp16", "flat", "ivfpq")
+
+
+def faiss_module():
+    import faiss
+
+    return faiss
+
+
+def normalize(x: np.ndarray) -> np.ndarray:
+    """Row-wise L2 normalisation as float32 (copy); zero rows stay zero."""
+    x = np.ascontiguousarray(x, dtype=np.float32).copy()
+    if x.ndim != 2:
+        raise ValueError(f"expected a (N, D) matrix, got shape {x.shape}")
+    faiss_module().normalize_L2(x)
+    return x
+
+
+def new_index(kind: str, dim: int, n: int, nlist: int, pq_m: int, pq_nbits: int):
+    faiss = faiss_module()
+    ip = faiss.METRIC_INNER_PRODUCT
+    if kind == "flat":
+        return faiss.IndexFlatIP(dim)
+    if kind == "flat_sq_fp16":
+        return faiss.IndexScalarQuantizer(dim, faiss.ScalarQuantizer.QT_fp16, ip)
+    if kind == "ivfpq":
+        # FAISS wants ~39 training points per centroid and 2**nbits per PQ code book.
+        cells = min(nlist, max(1, n // 39))
+        if cells < 4 or n < 2**pq_nbits * 4:
+            log.info("ivfpq partition of %d vectors is too small to train: using flat_sq_fp16", n)
+            return new_index("flat_sq_fp16", dim, n, nlist, pq_m, pq_nbits)
+        if dim % pq_m:
+            raise ValueError(f"ivfpq: pq_m={pq_m} must divide the embedding dim {dim}")
+        quantizer = faiss.IndexFlatIP(dim)
+        return faiss.IndexIVFPQ(quantizer, dim, cells, pq_m, pq_nbits, ip)
+    raise ValueError(f"unknown index kind {kind!r}; choose one of {KINDS}")
+
+
+def fill_index(idx: Any, fetch: Callable[[Any], np.ndarray], lo: int, hi: int, block: int) -> None:
+    """Add the normalised vectors of positions [lo, hi) to ``idx``, ``block`` rows at a time.
+
+    A flat-codes index (flat, flat_sq_fp16) gets its code buffer sized once and each block's codes written
+    in place: ``add`` would grow a std::vector by doubling, which briefly holds two copies of the index.
+    """
+    faiss = faiss_module()
+    m = hi - lo
+    if m <= 0:
+        return
+    if isinstance(idx, faiss.IndexFlatCodes) and idx.ntotal == 0:
+        cs = int(idx.code_size)
+        idx.codes.resize(m * cs)
+        buf = faiss.rev_swig_ptr(idx.codes.data(), m * cs)
+        for b in range(lo, hi, block):
+            e = min(hi, b + block)
+            buf[(b - lo) * cs : (e - lo) * cs] = idx.sa_encode(normalize(fetch(np.arange(b, e)))).reshape(-1)
+        idx.ntotal = m
+        return
+    for b in range(lo, hi, block):
+        idx.add(normalize(fetch(np.arange(b, min(hi, b + block)))))
