@@ -4,8 +4,8 @@
 #   late   each item encoded once, every node pooled from that forward (late chunking)
 #   cross  each node read after the question, [CLS] q [SEP] node [SEP] (a cross-encoder; not cacheable)
 # For each pooling in POOLINGS:
-#   1. train.py: the quickstart recipe's `base` row (150 steps, the recipe table's data and seed) through that
-#      pooling's forward -> experiments/runs/scorers/<pooling>_base (adapter, metrics, test pass);
+#   1. train.py: the quickstart recipe's `base` row (150 steps, the recipe table's data, seed and test subsets)
+#      through that pooling's forward -> experiments/runs/scorers/<pooling>_base (adapter, metrics, test pass);
 #   2. validation frontier (first VAL_LIMIT questions of each in-domain val split): CANOPY fθ over δ, k = 5,
 #      into experiments/runs/frontier_val (run folders named by the pooling, so they never mix with per-node
 #      fθ's); `python experiments/frontier.py choose` then picks each pooling's δ like fθ's;
@@ -23,6 +23,9 @@ BENCHMARKS=${BENCHMARKS:-hotpotqa,nq,ottqa,tatqa}
 VAL_BENCHMARKS=${VAL_BENCHMARKS:-hotpotqa,nq,ottqa}
 DELTAS=${DELTAS:-0,0.01,0.02,0.03,0.04,0.06,0.08,0.12}
 PY=${PY:-.venv/bin/python}
+# the recipe table's test subsets (experiments/recipe.md): every NQ question, a seeded 80 OTT-QA and 126 TAT-QA
+TESTSETS="datamodule.options.nq.max_questions.test=null datamodule.options.ottqa.max_questions.test=80
+  datamodule.options.tatqa.max_questions.test=126"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 VAL=experiments/runs/frontier_val
 TEST=experiments/runs/frontier
@@ -35,7 +38,7 @@ for pooling in $POOLINGS; do
   run=experiments/runs/scorers/${pooling}_base
   if has train && [ ! -f "$run/adapter/adapter_config.json" ]; then
     "$PY" train.py experiment=quickstart encoder.node_pooling="$pooling" trainer.max_time=null trainer.max_steps=150 \
-      trainer.val_check_interval=50 datamodule.options.nq.max_questions.test=null threads=1 hydra.run.dir="$run"
+      trainer.val_check_interval=50 $TESTSETS threads=1 hydra.run.dir="$run"
   fi
   sweep() {
     "$PY" evaluate.py -m +ablation=frontier adapter="$run/adapter" encoder.node_pooling="$pooling" scorer=ftheta \
