@@ -43,9 +43,8 @@ from typing import Any
 
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.pipeline.loop import EvidenceLoop, LoopSettings, ReaderBlock
-from canopy_lit.pipeline.scoring import NodeScorer
+from canopy_lit.pipeline.scoring import node_scorer
 from canopy_lit.refine import ParentRelativeRefiner
-from canopy_lit.retrieval.node_cache import NodeEmbeddingCache
 from canopy_lit.types import Item, Modality, Question, Table, VideoRef
 
 ItemLike = Item | str | Mapping[str, Any]
@@ -340,9 +339,15 @@ class Compressor:
         check_margin(descend_margin)  # before the encoder loads
         check_item_margin(item_margin)
         if isinstance(encoder, str):
+            from canopy_lit.adapters import resolve_adapter
             from canopy_lit.encoders import load_encoder  # torch: only when a backbone must be loaded
+            from canopy_lit.encoders.base import adapter_node_pooling
+            from canopy_lit.encoders.fingerprint import read_fingerprint
 
-            encoder = load_encoder(encoder, adapter=adapter)
+            # the adapter scores nodes the way it was trained (per node, late chunking, or read after the question)
+            path = resolve_adapter(adapter)
+            pooling = adapter_node_pooling(read_fingerprint(Path(path)) or {}) if path else "node"
+            encoder = load_encoder(encoder, adapter=path, **({"node_pooling": pooling} if pooling != "node" else {}))
         elif adapter is not None:
             raise ValueError("adapter= applies to a backbone name; a built encoder carries its own adapter")
         self.encoder = encoder
@@ -350,8 +355,7 @@ class Compressor:
         self.refiner = ParentRelativeRefiner(
             descend_margin=check_margin(descend_margin), item_margin=check_item_margin(item_margin)
         )
-        cache = NodeEmbeddingCache(encoder, self.hierarchy, cache_dir=cache_dir)
-        self.scorer = NodeScorer(encoder, self.hierarchy, cache)
+        self.scorer = node_scorer(encoder, self.hierarchy, cache_dir=cache_dir)
         self.count_tokens = count_tokens or _tokenizer_counter(encoder)
 
     def __call__(

@@ -78,3 +78,19 @@ def test_item_margin_drops_whole_items_and_keeps_the_rest_as_refined(record: dic
         canopy_lit.compress("q", ["x"], item_margin=-0.1)
     with pytest.raises(TypeError, match="item_margin: expected a number or None"):
         Compressor(item_margin="0.1")
+
+
+@pytest.mark.parametrize("pooling", ["late", "cross"])
+def test_an_adapter_trained_with_another_pooling_compresses_with_it(record: dict, pooling: str, caplog) -> None:
+    from canopy_lit.pipeline.scoring import CrossNodeScorer
+
+    adapter = ROOT / "experiments" / "runs" / "scorers" / f"{pooling}_base" / "adapter"
+    with caplog.at_level("WARNING"):
+        compressor = Compressor(adapter=adapter)
+    assert compressor.encoder.node_pooling == pooling  # adopted from the adapter's fingerprint: no warning
+    assert not [r for r in caplog.records if "node_pooling" in r.getMessage()]
+    assert isinstance(compressor.scorer, CrossNodeScorer) == (pooling == "cross")
+    items = [{"id": t, "title": t, "text": " ".join(s)} for t, s in record["context"]]
+    ev = compressor(record["question"], items)
+    assert ev.regions and 0 < ev.tokens < ev.item_tokens
+    assert all(-1.0 <= r.score <= 1.0 for r in ev.regions)
