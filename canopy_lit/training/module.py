@@ -292,7 +292,7 @@ class NodeEncoderModule(L.LightningModule):
             return [[pairs.setdefault((qi[n], u), len(pairs)) if ok else 0 for u, ok in zip(row, real[n], strict=True)]
                     for n, row in enumerate(side.tolist())]  # fmt: skip
 
-        pair_of = torch.tensor([rows(batch.winner), rows(batch.loser)], dtype=torch.long)  # (2, N, P)
+        pair_of = torch.tensor([rows(batch.winner), rows(batch.loser)], dtype=torch.long, device=q.device)  # (2, N, P)
         distinct = list(pairs)
         ctx = self.encoder.adapter_disabled() if f0 else contextlib.nullcontext()
         missing = [j for j, (a, u) in enumerate(distinct) if cache is None or (batch.query_texts[a], keys[u]) not in cache]
@@ -310,7 +310,7 @@ class NodeEncoderModule(L.LightningModule):
         nodes = torch.stack([emb[j] if j in emb else cache[(batch.query_texts[a], keys[u])]  # type: ignore[index]
                              for j, (a, u) in enumerate(distinct)])  # fmt: skip
         s = (nodes * q[torch.tensor([a for a, _ in distinct], device=q.device)]).sum(-1)  # (pairs,)
-        s = s[pair_of.to(s.device)]
+        s = s[pair_of]
         return s[0], s[1]
 
     # ----------------------------------------------------------------- steps
