@@ -168,7 +168,7 @@ def _frontier_records(frontier_runs: Path, bench: str, delta: float, adapter_has
             bench, "parent_relative", "fθ", 5, "full"
         ) or float(run.get("descend_margin", -1)) != delta or run.get("adapter_hash") != adapter_hash:
             continue
-        if run.get("item_margin") is not None:  # CANOPY with item drop: not the loop's refinement
+        if run.get("item_margin") is not None or run.get("node_pooling"):  # item drop, or another node encoder
             continue
         return answered(run_json.parent)
     return {}
