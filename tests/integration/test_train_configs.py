@@ -232,3 +232,25 @@ def test_quickstart_trains_through_the_late_forward(tmp_path: Path) -> None:
     assert meta["node_pooling"] == "late" and ":nodes=late:" in meta["fingerprint"]
     ckpt = __import__("torch").load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     assert ckpt["PreferenceDataModule"]["fingerprint"]["node_pooling"] == "late"
+
+
+@pytest.mark.slow  # a real MiniLM run reading every node after its question, ~1-2 min
+def test_quickstart_trains_the_cross_scorer(tmp_path: Path) -> None:
+    """encoder.node_pooling=cross: training, validation and test score (question, node) pairs in one forward on
+    the per-node batches (the datamodule's fingerprint is the per-node one), and the adapter says cross."""
+    from canopy_lit.train import run as train
+
+    cfg = _compose(
+        ["experiment=quickstart", "debug=smoke", "encoder.node_pooling=cross", "datamodule.batch_size=4",
+         *SMALL, "callbacks.rich_progress_bar=null"],
+        tmp_path,
+    )
+    train(cfg)
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert saved["train/global_step"] == 4
+    for key in ("val/decision_accuracy", "val/decision_accuracy_f0", "test/decision_accuracy", "test/decision_accuracy_f0"):
+        assert 0.0 <= saved[key] <= 1.0, key
+    meta = json.loads((tmp_path / "adapter" / "encoder_fingerprint.json").read_text())
+    assert meta["node_pooling"] == "cross" and ":nodes=cross:" in meta["fingerprint"]
+    ckpt = __import__("torch").load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert "node_pooling" not in ckpt["PreferenceDataModule"]["fingerprint"]
