@@ -6,7 +6,8 @@
     >>> print(ev.text)           # what a reader gets, items in the order given
     >>> ev.regions               # the kept regions: item, leaf range, score, text
 
-The items go through the same stages as one round of the evidence loop (``EvidenceLoop``): region trees
+The items go through the same code as one round of the evidence loop (``pipeline.round.compress_round`` and the
+reader cap of ``pipeline.budget``), so the evaluate path gives the same evidence for the same items: region trees
 (branching B), node scores from the node encoder (fθ with ``adapter``, f0 without), parent-relative
 refinement (δ = ``descend_margin``), optionally item pruning (``item_margin``: an item whose best kept region
 scores more than this below the best item's is dropped whole; off by default, as in the paper) and, with a
@@ -42,7 +43,9 @@ from pathlib import Path
 from typing import Any
 
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.pipeline.loop import EvidenceLoop, LoopSettings, ReaderBlock
+from canopy_lit.pipeline.budget import EvidenceBudget, ReaderBlock
+from canopy_lit.pipeline.loop import AggregationCheck
+from canopy_lit.pipeline.round import compress_round
 from canopy_lit.pipeline.scoring import node_scorer
 from canopy_lit.refine import ParentRelativeRefiner
 from canopy_lit.types import Item, Modality, Question, Table, VideoRef
@@ -300,16 +303,6 @@ def _items_list(items: Any) -> list[Any]:
         raise TypeError(f"items: expected a sequence of items, got {type(items).__name__}") from None
 
 
-class _GivenItems:
-    """The loop's retriever seat: the caller's items, in the caller's order."""
-
-    def __init__(self, items: Sequence[Item]) -> None:
-        self.items = list(items)
-
-    def retrieve(self, query: str, k: int, exclude: Any = (), question: Any = None) -> list[Item]:
-        return self.items[:k]
-
-
 class Compressor:
     """CANOPY compression with the encoder loaded once (see the module docstring for ``compress``).
 
@@ -324,6 +317,9 @@ class Compressor:
             bundled benchmarks, 0.2 cost 3-6 points: experiments/frontier.md, "Item drop").
         count_tokens: the reader's token counter for ``budget``; default: the node encoder's tokenizer.
         cache_dir: a folder for node embeddings (None = in memory, for this object's lifetime).
+        aggregation: a table-aggregation check (``is_aggregation(question) -> bool``, e.g.
+            ``canopy_lit.llm.AggregationClassifier(llm)`` behind ``pipeline.controllers.AggregationAdapter``), asked
+            once per call with a table among the items; None = no check (tables are refined like any item).
     """
 
     def __init__(
@@ -335,6 +331,7 @@ class Compressor:
         count_tokens: Callable[[str], int] | None = None,
         cache_dir: str | Path | None = None,
         item_margin: float | None = None,
+        aggregation: AggregationCheck | None = None,
     ) -> None:
         check_margin(descend_margin)  # before the encoder loads
         check_item_margin(item_margin)
@@ -357,6 +354,7 @@ class Compressor:
         )
         self.scorer = node_scorer(encoder, self.hierarchy, cache_dir=cache_dir)
         self.count_tokens = count_tokens or _tokenizer_counter(encoder)
+        self.aggregation = aggregation
 
     def __call__(
         self,
@@ -366,12 +364,14 @@ class Compressor:
         *,
         media_root: str | Path | None = None,
         max_item_chars: int | None = MAX_ITEM_CHARS,
+        aggregation: bool | None = None,
     ) -> CompressedEvidence:
         """Compress ``items`` (most relevant first) for ``question``; ``budget``: at most that many tokens.
 
         ``media_root``: image / video paths must stay inside it (relative ones resolve under it).
-        ``max_item_chars``: longer items are refused before any work (None = no bound). Input rules: the
-        module docstring.
+        ``max_item_chars``: longer items are refused before any work (None = no bound). ``aggregation``: True =
+        the question aggregates over tables, which are then kept whole (the loop's aggregation check); None = ask
+        the compressor's ``aggregation`` check when a table is among the items. Input rules: the module docstring.
         """
         check_question(question)
         cap = check_budget(budget)
@@ -398,15 +398,21 @@ class Compressor:
         built = [it for it in built if it.id not in skipped]
         if not built:
             return CompressedEvidence([], [], 0, 0, skipped=skipped)
-        settings = LoopSettings(k=len(built), max_rounds=1, reader_max_tokens=cap or UNLIMITED,
-                                aggregation_check=False)
-        loop = EvidenceLoop(_GivenItems(built), self.hierarchy, self.refiner, _NoReader(), self.count_tokens,
-                            scorer=self.scorer, settings=settings)
-        record, capped = loop.run_with_evidence(Question("compress", question, []))
+        trees = [self.hierarchy.build(it) for it in built]
+        tables = [t.item.modality == Modality.TABLE for t in trees]
+        if aggregation is None:  # as the loop: classified from the question alone, only when a table is there
+            aggregation = any(tables) and self.aggregation is not None and bool(
+                self.aggregation.is_aggregation(Question("compress", question, []))
+            )
+        flags = [bool(aggregation) and table for table in tables]
+        # the evidence loop's round and reader cap, with the caller's items as the round's retrieved items
+        kept = compress_round(question, trees, self.refiner, self.hierarchy, self.scorer, flags)
+        held = [ev for ev in kept if ev.node_ids]
+        budgeted = EvidenceBudget(self.hierarchy, self.count_tokens, cap or UNLIMITED)
+        capped = budgeted.cap(held, [self.count_tokens(budgeted.block(ev)) for ev in held])
         blocks = [b for b in capped.items if b.text]
         # every item's whole tokens, those item pruning dropped (no region kept, no evidence held) included
-        (judged,) = [r.kept for r in record.rounds]
-        whole = sum(k.item_tokens for k in judged)
+        whole = sum(self.count_tokens(self.hierarchy.evidence_text(t, [0])) for t in trees)
         return CompressedEvidence(
             blocks=[b.text for b in blocks],
             regions=self._regions(question, blocks),
@@ -415,7 +421,7 @@ class Compressor:
             cut=[b.evidence.tree.item.id for b in capped.items if b.cap != "whole"],
             block_ids=[b.evidence.tree.item.id for b in blocks],
             skipped=skipped,
-            dropped=[k.item_id for k in judged if not k.leaf_ranges],
+            dropped=[ev.tree.item.id for ev in kept if not ev.node_ids],
         )
 
     def _regions(self, question: str, blocks: Sequence[ReaderBlock]) -> list[Region]:
@@ -427,11 +433,6 @@ class Compressor:
             for b, t, row in zip(with_nodes, trees, scores, strict=True)
             for v, s in zip(b.node_ids, row, strict=True)
         ]
-
-
-class _NoReader:
-    def answer(self, question: Question, evidence: list[str]) -> str:
-        return ""
 
 
 def _tokenizer_counter(encoder: Any) -> Callable[[str], int]:
@@ -456,6 +457,8 @@ def compress(
     item_margin: float | None = None,
     media_root: str | Path | None = None,
     max_item_chars: int | None = MAX_ITEM_CHARS,
+    tokenizer: str | None = None,
+    aggregation: bool | None = None,
 ) -> CompressedEvidence:
     """Compress retrieved ``items`` for ``question`` with CANOPY (no LLM call).
 
@@ -465,13 +468,18 @@ def compress(
             ``Item`` fields (``{"title": ..., "text": ...}``, ``{"modality": "table", "table": {...}}``);
             one str (or one dict / Item) alone is one item.
         adapter: a trained node-encoder adapter folder or a shipped adapter's name (``"quickstart"``); None = f0.
-        budget: at most this many tokens (the node encoder's tokenizer); None = what refinement keeps.
+        budget: at most this many tokens (``tokenizer``'s); None = what refinement keeps.
         encoder: backbone name (default the bundled all-MiniLM-L6-v2).
         branching: B of the region trees.
         descend_margin: δ of the refinement rule.
         item_margin: None, or drop items whose best region scores more than this below the best item's.
         media_root: image / video paths must stay inside this folder (relative ones resolve under it).
         max_item_chars: an item longer than this is refused at once (None = no bound).
+        tokenizer: the reader's tokenizer that counts ``budget`` and ``.tokens`` (an asset name such as
+            ``"qwen2.5-1.5b"``, a GGUF file or a tokenizer folder, as ``evidence.tokenizer``); None = the node
+            encoder's.
+        aggregation: True = the question aggregates over tables (tables are kept whole, as the evaluate path
+            does when its aggregation classifier says so); None / False = tables are refined like any item.
 
     Returns:
         ``CompressedEvidence``: ``.text`` for a reader, ``.regions`` with their scores, ``.tokens``.
@@ -483,7 +491,14 @@ def compress(
     check_question(question)
     check_budget(budget)
     margin, drop = check_margin(descend_margin), check_item_margin(item_margin)
-    key = (str(adapter) if adapter is not None else None, encoder, int(branching), margin, drop)
+    key = (str(adapter) if adapter is not None else None, encoder, int(branching), margin, drop, tokenizer)
     if key not in _COMPRESSORS:
-        _COMPRESSORS[key] = Compressor(adapter, encoder, branching, margin, item_margin=drop)
-    return _COMPRESSORS[key](question, items, budget, media_root=media_root, max_item_chars=max_item_chars)
+        count = None
+        if tokenizer is not None:
+            from canopy_lit.llm.tokenizers import token_counter
+
+            count = token_counter(str(tokenizer))
+        _COMPRESSORS[key] = Compressor(adapter, encoder, branching, margin, count_tokens=count, item_margin=drop)
+    return _COMPRESSORS[key](
+        question, items, budget, media_root=media_root, max_item_chars=max_item_chars, aggregation=aggregation
+    )

@@ -32,7 +32,7 @@ from rich.table import Table
 
 from canopy_lit.config_tree import TRAIN_ORDER, print_config_tree
 from canopy_lit.data.splits import record_adapter_split
-from canopy_lit.encoders.base import LATE_POOLINGS
+from canopy_lit.encoders.late import LATE_POOLINGS
 from canopy_lit.io import atomic_dir, atomic_write_text
 from canopy_lit.redaction import redact_config, redacted_argv
 from canopy_lit.schema import USAGE_ERROR, check_train_run, exit_if_invalid

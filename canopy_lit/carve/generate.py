@@ -101,7 +101,7 @@ class CarveReader:
         from canopy_lit.visual.frames import load_frames
         from canopy_lit.visual.messages import image_part, text_part
 
-        parts: list[dict[str, Any]] = [text_part(prompts._question_block(question, choices) + "\n\nEvidence:")]
+        parts: list[dict[str, Any]] = [text_part(prompts.question_block(question, choices) + "\n\nEvidence:")]
         n_images = 0
         for i, b in enumerate(blocks, 1):
             parts.append(text_part(f"[{i}] {b.text}"))

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from canopy_lit.hierarchy.base import Frame, NodeInput
-from canopy_lit.hierarchy.video import VideoTreeBuilder, _clock, sample_times
+from canopy_lit.hierarchy.video import VideoTreeBuilder, clock, sample_times
 from canopy_lit.types import Item, Modality
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class Clip:
 
     @property
     def label(self) -> str:
-        return f"[{self.video_id} {_clock(self.start)}-{_clock(self.end)}]"
+        return f"[{self.video_id} {clock(self.start)}-{clock(self.end)}]"
 
 
 def video_clips(items: Iterable[Item], builder: VideoTreeBuilder | None = None) -> list[Clip]:
@@ -205,7 +205,7 @@ class DescriberSummariser:
 
     def clip_text(self, clip: Clip) -> str:
         texts = self.frame_texts(clip)
-        return "; ".join(f"{_clock(f.t or 0.0)} {t}" for f, t in zip(clip.frames, texts))
+        return "; ".join(f"{clock(f.t or 0.0)} {t}" for f, t in zip(clip.frames, texts))
 
 
 @dataclass(frozen=True)
@@ -264,7 +264,7 @@ class CaptionSummariser:
 
     def clip_text(self, clip: Clip) -> str:
         caps = self._overlapping(clip)
-        return " ".join(f"{_clock(c.start)} {c.text}" for c in caps) if caps else self.empty
+        return " ".join(f"{clock(c.start)} {c.text}" for c in caps) if caps else self.empty
 
 
 class LLMSummariser:
@@ -410,7 +410,7 @@ class ClipCorpus:
         if VISUAL_FRAME in configs or VISUAL_CLIP in configs:
             fv = visual.embed_frames(frames)  # (F, D)
             descs = _describe_all(describe, frames) if describe else [""] * len(frames)
-            ftexts = [f"{_clock(f.t or 0.0)} {d}".strip() for f, d in zip(frames, descs)]
+            ftexts = [f"{clock(f.t or 0.0)} {d}".strip() for f, d in zip(frames, descs)]
             if VISUAL_FRAME in configs:
                 views[VISUAL_FRAME] = ConfigView(
                     VISUAL_FRAME, fv, frame_owner, [f"{clips[o].label} {t}" for o, t in zip(frame_owner, ftexts)],
@@ -425,7 +425,7 @@ class ClipCorpus:
                 )  # fmt: skip
         if TEXT_FRAME in configs:
             texts = [t for c in clips for t in _checked(summariser.frame_texts(c), c)]
-            ftexts = [f"{clips[o].label} {_clock(f.t or 0.0)} {t}" for f, o, t in zip(frames, frame_owner, texts)]
+            ftexts = [f"{clips[o].label} {clock(f.t or 0.0)} {t}" for f, o, t in zip(frames, frame_owner, texts)]
             views[TEXT_FRAME] = ConfigView(
                 TEXT_FRAME, text_encoder.encode_nodes(texts), frame_owner, ftexts, [(f,) for f in frames], q_text
             )

@@ -12,7 +12,9 @@ import hashlib
 import json
 import logging
 import math
+import threading
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -94,7 +96,8 @@ def adapter_scale_of(adapter: str | Path | None, adapter_scale: float) -> float:
     return scale
 
 
-LATE_POOLINGS = ("late", "late_region")  # node embeddings pooled from one forward over the whole item
+QUERY_MEMO_SIZE = 256  # f0 query embeddings remembered per encoder (one round's retriever and scorer share one)
+_QUERY_MEMO_LOCK = threading.Lock()
 
 
 def adapter_node_pooling(meta: dict[str, Any]) -> str:
@@ -448,9 +451,27 @@ class NodeEncoder(ABC, nn.Module):
         return out[torch.tensor(slot, dtype=torch.long)] if slot else out
 
     def encode_queries(self, texts: Sequence[str], batch_size: int | None = None) -> torch.Tensor:
-        """(N, D) L2-normalised query embeddings with the frozen f0 (adapter disabled)."""
+        """(N, D) L2-normalised query embeddings with the frozen f0 (adapter disabled).
+
+        A single query is remembered (the last ``QUERY_MEMO_SIZE``): a round's retriever and node scorer both
+        embed its query, and f0 never changes (only LoRA weights train, ``NodeEncoderModule`` checks it).
+        """
+        texts = list(texts)
+        memo: OrderedDict[str, torch.Tensor] = self.__dict__.setdefault("_query_memo", OrderedDict())
+        if len(texts) == 1 and isinstance(texts[0], str):
+            with _QUERY_MEMO_LOCK:
+                hit = memo.get(texts[0])
+                if hit is not None:
+                    memo.move_to_end(texts[0])
+                    return hit.clone()
         with self.adapter_disabled():
-            return self._encode(list(texts), batch_size)
+            out = self._encode(texts, batch_size)
+        if len(texts) == 1 and isinstance(texts[0], str):
+            with _QUERY_MEMO_LOCK:
+                memo[texts[0]] = out.detach().clone()
+                while len(memo) > QUERY_MEMO_SIZE:
+                    memo.popitem(last=False)
+        return out
 
     def encode_nodes(self, inputs: Sequence[EncoderInput], batch_size: int | None = None) -> torch.Tensor:
         """(N, D) L2-normalised node embeddings with fθ (== f0 when there is no adapter)."""

@@ -4,14 +4,16 @@
 windows through the backbone and pools each node with :func:`pool_spans`. Inference
 (``TextEncoder.encode_spans``, the node cache's late path) and training (the ``PreferenceBatch`` of a
 late-pooling datamodule, ``NodeEncoderModule``) both go through these, so a node's training embedding is
-its inference embedding. Only torch here: the training batch carries ``LateItem`` tuples.
+its inference embedding. Only torch and numpy here: the training batch carries ``LateItem`` tuples; ``late_embed_trees``
+embeds the nodes of region trees (a ``Hierarchy`` gives their spans) for the scorer and the node cache.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -59,3 +61,19 @@ def pool_spans(
     member = member.to(seq.device)
     pooled = (member @ seq) / member.sum(1, keepdim=True)
     return F.normalize(pooled, dim=-1)
+
+
+LATE_POOLINGS = ("late", "late_region")  # node embeddings pooled from one forward over the whole item
+
+
+def is_late(encoder: Any) -> bool:
+    """Whether ``encoder`` embeds nodes by late chunking (``node_pooling`` late or late_region)."""
+    return getattr(encoder, "node_pooling", "node") in LATE_POOLINGS
+
+
+def late_embed_trees(encoder: Any, hierarchy: Any, trees: Sequence[Any]) -> list[np.ndarray]:
+    """(num_nodes, D) float32 late-chunked embeddings of every node of each tree: one item forward each."""
+    if not trees:
+        return []
+    embs = encoder.encode_spans([hierarchy.node_spans(t) for t in trees])
+    return [np.asarray(e.detach().cpu().float().numpy() if hasattr(e, "detach") else e, np.float32) for e in embs]

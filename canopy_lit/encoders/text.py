@@ -13,7 +13,6 @@ import torch.nn.functional as F
 
 from canopy_lit.adapters import resolve_adapter
 from canopy_lit.encoders.base import (
-    LATE_POOLINGS,
     EncoderInput,
     NodeEncoder,
     adapter_scale_of,
@@ -21,7 +20,7 @@ from canopy_lit.encoders.base import (
     input_text,
 )
 from canopy_lit.encoders.fingerprint import adapter_max_seq_length
-from canopy_lit.encoders.late import LateItem, pool_spans
+from canopy_lit.encoders.late import LATE_POOLINGS, LateItem, pool_spans
 
 MINILM = "all-MiniLM-L6-v2"
 MPNET = "all-mpnet-base-v2"

@@ -17,6 +17,41 @@ TokenCounter = Callable[[str], int]
 ELISION = "…"
 
 
+def elided(text: str, end: int) -> str:
+    """``text`` cut after its first ``end`` characters, with the renderer's elision mark."""
+    return f"{text[:end].rstrip()} {ELISION}"
+
+
+def cut_prefix(text: str, head: int, budget: int, count_tokens: TokenCounter) -> int | None:
+    """The longest cut ``end`` > ``head`` such that ``elided(text, end)`` fits ``budget`` tokens, at a word
+    boundary where the fitting prefix has one; None when no content beyond the first ``head`` characters
+    (a title or header) fits.
+
+    An exponential then binary search over characters: no tokenizer call reads much more than the budget's
+    worth of a huge text.
+    """
+    if head >= len(text):
+        return None  # a renderer that ignores regions (an image): nothing to cut
+
+    def fits(n: int) -> bool:
+        return count_tokens(elided(text, n)) <= budget
+
+    lo, step = head, max(64, 8 * budget)
+    hi = min(len(text), head + step)
+    while hi < len(text) and fits(hi):
+        lo, step = hi, 2 * step
+        hi = min(len(text), head + step)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    if lo < len(text) and not text[lo].isspace():  # lo splits a word: end at the word before
+        space = max(text.rfind(" ", head, lo), text.rfind("\n", head, lo))
+        lo = space if space > head and fits(space) else lo
+    if not text[head:lo].strip() or not fits(lo):
+        return None
+    return lo
+
+
 def describer_fingerprint(describer: Any) -> str | None:
     """Identity of a frame describer: its class (or function) name, ``version`` and model settings.
 

@@ -71,7 +71,8 @@ def decode_frames(path: str, times: Sequence[float]):
     return out
 
 
-def _clock(t: float) -> str:
+def clock(t: float) -> str:
+    """``t`` seconds as ``MM:SS`` (``H:MM:SS`` from an hour on), the time stamp renderers put before a clip."""
     t = int(round(t))
     return f"{t // 3600:d}:{t % 3600 // 60:02d}:{t % 60:02d}" if t >= 3600 else f"{t // 60:02d}:{t % 60:02d}"
 
@@ -140,12 +141,12 @@ class VideoTreeBuilder(TreeBuilder):
 
     def _describe(self, tree: Tree, start: int, end: int) -> str:
         t0, t1 = tree.leaves[start].t_start, tree.leaves[end - 1].t_end
-        head = f"[{_clock(t0)}-{_clock(t1)}]"
+        head = f"[{clock(t0)}-{clock(t1)}]"
         if self.describer is None:
             return head
         assert tree.item.video is not None
         descs = [
-            f"{_clock(f.t or 0.0)} {self.describer(f)}"
+            f"{clock(f.t or 0.0)} {self.describer(f)}"
             for f in (Frame(tree.item.video.path, t) for t in sample_times(t0, t1, self.frame_interval, self.max_frames))
         ]
         return head + " " + "; ".join(descs)

@@ -17,11 +17,13 @@ from canopy_lit.api import Compressor
 
 @dataclass(frozen=True)
 class Passage:
-    """One retrieved chunk as a framework holds it: its text, a title (or ""), an id when it has one."""
+    """One retrieved chunk as a framework holds it: its text, a title (or ""), an id when it has one, and its
+    sentences when the chunk was split already (they become the tree's leaves as they are, not split again)."""
 
     text: str
     title: str = ""
     id: str | None = None
+    sentences: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,7 @@ def compress_passages(
     ids = passage_ids(passages)
     index_of = {item_id: i for i, item_id in enumerate(ids)}
     items = [
-        {"id": item_id, "title": p.title, "text": p.text}
+        {"id": item_id, "title": p.title, **({"sentences": list(p.sentences)} if p.sentences else {"text": p.text})}
         for item_id, p in zip(ids, passages, strict=True)
         if p.text.strip()
     ]
@@ -66,13 +68,36 @@ def compress_passages(
 
 def loaded_compressor(owner: Any) -> Compressor:
     """``owner``'s ``Compressor`` (its ``adapter``, ``encoder``, ``branching``, ``descend_margin``,
-    ``item_margin`` fields), built
-    on the first call and kept in ``owner._compressor``: both adapters load the encoder once, lazily."""
+    ``item_margin`` and ``tokenizer`` fields), built on the first call and kept in ``owner._compressor``: both
+    adapters load the encoder once, lazily."""
     if owner._compressor is None:
+        count = None
+        if owner.tokenizer is not None:
+            from canopy_lit.llm.tokenizers import token_counter
+
+            count = token_counter(str(owner.tokenizer))
         owner._compressor = Compressor(
-            owner.adapter, owner.encoder, owner.branching, owner.descend_margin, item_margin=owner.item_margin
+            owner.adapter, owner.encoder, owner.branching, owner.descend_margin, count_tokens=count,
+            item_margin=owner.item_margin,
         )
     return owner._compressor
+
+
+def metadata_sentences(metadata: Mapping[str, Any], text: str, where: str) -> tuple[str, ...] | None:
+    """A chunk's pre-split sentences from its metadata ("sentences"), None when it has none.
+
+    Raises:
+        ValueError: naming ``where``: not a list of str, or the sentences joined by single spaces are not the
+            chunk's text (its regions would render other text than the chunk holds).
+    """
+    sentences = metadata.get("sentences")
+    if sentences is None:
+        return None
+    if not isinstance(sentences, list | tuple) or not all(isinstance(x, str) for x in sentences):
+        raise ValueError(f"{where}: metadata['sentences'] must be a list of str, got {type(sentences).__name__}")
+    if " ".join(sentences) != text:
+        raise ValueError(f"{where}: metadata['sentences'] joined by single spaces are not the chunk's text")
+    return tuple(sentences)
 
 
 def metadata_title(metadata: Mapping[str, Any]) -> str:

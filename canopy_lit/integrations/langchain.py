@@ -5,7 +5,8 @@
     >>> docs = compressor.compress_documents(retrieved_docs, "Who designed the Eiffel Tower?")
 
 Plugs into ``ContextualCompressionRetriever(base_compressor=compressor, base_retriever=...)`` like any
-LangChain compressor. Each document is one item (title: ``metadata["title"]``); each output document holds
+LangChain compressor. Each document is one item (title: ``metadata["title"]``; pre-split sentences:
+``metadata["sentences"]``, which must join with single spaces to ``page_content``, are its leaves as they are); each output document holds
 the kept evidence of one input, in the input order, with the input's metadata plus ``canopy_regions`` (item
 id, leaf range, node score, text of every kept region) and ``canopy_tokens``. No LLM is called.
 """
@@ -22,7 +23,13 @@ from langchain_core.documents.compressor import BaseDocumentCompressor
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from canopy_lit.api import Compressor
-from canopy_lit.integrations import Passage, compress_passages, loaded_compressor, metadata_title
+from canopy_lit.integrations import (
+    Passage,
+    compress_passages,
+    loaded_compressor,
+    metadata_sentences,
+    metadata_title,
+)
 
 
 class CanopyDocumentCompressor(BaseDocumentCompressor):
@@ -35,6 +42,8 @@ class CanopyDocumentCompressor(BaseDocumentCompressor):
             not fit is cut, the rest dropped); None = what refinement keeps.
         branching: B of the region trees.
         descend_margin: δ of the refinement rule.
+        tokenizer: the reader's tokenizer that counts ``budget`` and ``canopy_tokens`` (an asset name such as
+            ``"qwen2.5-1.5b"``, a GGUF file or a tokenizer folder); None = the node encoder's.
         item_margin: None (keep a region of every one) or drop documents whose best region scores more than this
             below the best one's (experiments/frontier.md "Item drop").
 
@@ -50,6 +59,7 @@ class CanopyDocumentCompressor(BaseDocumentCompressor):
     branching: int = Field(default=2, ge=2)
     descend_margin: float = 0.0
     item_margin: float | None = Field(default=None, ge=0.0, allow_inf_nan=False)
+    tokenizer: str | None = None
     _compressor: Compressor | None = PrivateAttr(default=None)
 
     @classmethod
@@ -66,8 +76,10 @@ class CanopyDocumentCompressor(BaseDocumentCompressor):
         self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
     ) -> Sequence[Document]:
         passages = [
-            Passage(d.page_content, metadata_title(d.metadata), _document_id(d)) for d in documents
-        ]
+            Passage(d.page_content, metadata_title(d.metadata), _document_id(d),
+                    metadata_sentences(d.metadata, d.page_content, f"documents[{i}]"))
+            for i, d in enumerate(documents)
+        ]  # fmt: skip
         return [
             Document(
                 page_content=kept.text,

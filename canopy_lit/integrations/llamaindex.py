@@ -4,7 +4,8 @@
     >>> canopy = CanopyNodePostprocessor(adapter="quickstart", budget=300)
     >>> query_engine = index.as_query_engine(node_postprocessors=[canopy])
 
-Each node is one item (its text, title: ``metadata["title"]``); each output ``NodeWithScore`` holds a copy
+Each node is one item (its text, title: ``metadata["title"]``, pre-split sentences: ``metadata["sentences"]``,
+which must join with single spaces to its text); each output ``NodeWithScore`` holds a copy
 of one input node with the kept evidence as its text, the input's metadata plus ``canopy_regions`` and
 ``canopy_tokens``, and the input's score, in the input order. No LLM is called.
 """
@@ -18,7 +19,13 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 
 from canopy_lit.api import Compressor
-from canopy_lit.integrations import Passage, compress_passages, loaded_compressor, metadata_title
+from canopy_lit.integrations import (
+    Passage,
+    compress_passages,
+    loaded_compressor,
+    metadata_sentences,
+    metadata_title,
+)
 
 # The kept regions stay out of what the LLM and the embedder see: the evidence text already holds them.
 CANOPY_KEYS = ["canopy_regions", "canopy_tokens"]
@@ -34,6 +41,10 @@ class CanopyNodePostprocessor(BaseNodePostprocessor):
             is cut, the rest dropped); None = what refinement keeps.
         branching: B of the region trees.
         descend_margin: δ of the refinement rule.
+        tokenizer: the reader's tokenizer that counts ``budget`` and ``canopy_tokens`` (an asset name such as
+            ``"qwen2.5-1.5b"``, a GGUF file or a tokenizer folder); None = the node encoder's.
+        tokenizer: the reader's tokenizer that counts ``budget`` and ``canopy_tokens`` (an asset name such as
+            ``"qwen2.5-1.5b"``, a GGUF file or a tokenizer folder); None = the node encoder's.
         item_margin: None (keep a region of every one) or drop nodes whose best region scores more than this
             below the best one's (experiments/frontier.md "Item drop").
 
@@ -48,6 +59,7 @@ class CanopyNodePostprocessor(BaseNodePostprocessor):
     branching: int = Field(default=2, ge=2)
     descend_margin: float = 0.0
     item_margin: float | None = Field(default=None, ge=0.0, allow_inf_nan=False)
+    tokenizer: str | None = None
     _compressor: Compressor | None = PrivateAttr(default=None)
 
     @classmethod
@@ -69,10 +81,12 @@ class CanopyNodePostprocessor(BaseNodePostprocessor):
     ) -> list[NodeWithScore]:
         if query_bundle is None:
             raise ValueError("CanopyNodePostprocessor needs the query: postprocess_nodes(nodes, query_str=...)")
+        texts = [n.node.get_content(MetadataMode.NONE) for n in nodes]
         passages = [
-            Passage(n.node.get_content(MetadataMode.NONE), metadata_title(n.node.metadata), n.node.node_id)
-            for n in nodes
-        ]
+            Passage(text, metadata_title(n.node.metadata), n.node.node_id,
+                    metadata_sentences(n.node.metadata, text, f"nodes[{i}]"))
+            for i, (n, text) in enumerate(zip(nodes, texts, strict=True))
+        ]  # fmt: skip
         out = []
         for kept in compress_passages(self.loaded(), query_bundle.query_str, passages, self.budget):
             source = nodes[kept.index]

@@ -26,9 +26,8 @@ from canopy_lit.llm.base import (
     PromptTooLongError,
     chat_each,
     is_prompt_too_long,
-    openai_request,
-    parse_openai_response,
 )
+from canopy_lit.llm.wire import openai_request, parse_openai_response
 
 
 def free_cores() -> int:

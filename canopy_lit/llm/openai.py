@@ -28,13 +28,12 @@ from canopy_lit.llm.base import (
     PromptTooLongError,
     generation_options,
     is_prompt_too_long,
-    openai_request,
-    parse_openai_response,
     redact,
     redact_http_logs,
     register_secret,
     register_url_credentials,
 )
+from canopy_lit.llm.wire import openai_request, parse_openai_response
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

@@ -36,7 +36,8 @@ def format_choices(choices: Sequence[str]) -> str:
     return "\n".join(f"{chr(65 + i)}. {c}" for i, c in enumerate(choices))
 
 
-def _question_block(question: str, choices: Sequence[str] | None = None) -> str:
+def question_block(question: str, choices: Sequence[str] | None = None) -> str:
+    """The question (and its lettered options) as every prompt states it."""
     q = f"Question: {question.strip()}"
     if choices:
         q += f"\nOptions:\n{format_choices(choices)}"
@@ -44,7 +45,7 @@ def _question_block(question: str, choices: Sequence[str] | None = None) -> str:
 
 
 def _qe(question: str, evidence: Sequence[str], choices: Sequence[str] | None) -> str:
-    return f"{_question_block(question, choices)}\n\nEvidence:\n{format_evidence(evidence)}\n\n"
+    return f"{question_block(question, choices)}\n\nEvidence:\n{format_evidence(evidence)}\n\n"
 
 
 # ----------------------------------------------------------------- prompt size
@@ -180,7 +181,7 @@ def aggregation_classifier(question: str) -> list[Message]:
             "'lookup': the answer is read from a single cell or row. "
             'Reply with JSON only: {"label": "aggregation"} or {"label": "lookup"}.'
         ),
-        user(_question_block(question)),
+        user(question_block(question)),
     ]
 
 
@@ -214,7 +215,7 @@ def modality_router(question: str, modalities: Sequence[str]) -> list[Message]:
             "You route a question to the kind of source most likely to contain its answer. Sources:\n"
             f"{options}\nReply with JSON only: " + '{"label": "<one source name>"}.'
         ),
-        user(_question_block(question)),
+        user(question_block(question)),
     ]
 
 
@@ -241,7 +242,7 @@ class IRCoTDemo:
 
 
 def _ircot_case(question: str, paragraphs: Sequence[str], reasoning: str) -> str:
-    return f"Paragraphs:\n{format_evidence(paragraphs)}\n\n{_question_block(question)}\nReasoning: {reasoning}"
+    return f"Paragraphs:\n{format_evidence(paragraphs)}\n\n{question_block(question)}\nReasoning: {reasoning}"
 
 
 def ircot_step(
@@ -286,7 +287,7 @@ def relevance(question: str, passage: str) -> list[Message]:
     return [
         system(SHARED_SYSTEM),
         user(
-            f"{_question_block(question)}\n\nPassage:\n{passage.strip()}\n\n"
+            f"{question_block(question)}\n\nPassage:\n{passage.strip()}\n\n"
             "Does the passage state information that helps answer the question? Answer Yes or No."
         ),
     ]
@@ -313,7 +314,7 @@ def answer_judge(question: str, answers: Sequence[str], prediction: str) -> list
     return [
         system(JUDGE_SYSTEM),
         user(
-            f"{_question_block(question)}\nGold answers:\n{gold}\nPredicted answer: {prediction.strip() or '(empty)'}"
+            f"{question_block(question)}\nGold answers:\n{gold}\nPredicted answer: {prediction.strip() or '(empty)'}"
             "\n\nIs the predicted answer correct? Answer Yes or No."
         ),
     ]

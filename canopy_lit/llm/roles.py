@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from canopy_lit.hierarchy.base import ELISION
+from canopy_lit.hierarchy.base import cut_prefix, elided
 from canopy_lit.llm import prompts
 from canopy_lit.llm.base import LLM, LLMError, Message, PromptTooLongError
 from canopy_lit.llm.parsing import (
@@ -54,23 +54,6 @@ def _warn_once(key: str, message: str) -> None:
 # ----------------------------------------------------------------- fitting prompts into the context
 
 
-def _cut_to_tokens(text: str, budget: int, count_tokens: Callable[[str], int]) -> str | None:
-    """The longest prefix of ``text`` that fits ``budget`` tokens with an elision mark, cut after a word
-    where one fits (else inside the first word); None when not even one character does."""
-    ends = [m.end() for m in re.finditer(r"\S+", text)] or [len(text)]
-    if count_tokens(f"{text[: ends[0]]} {ELISION}") > budget:  # one huge "word": cut by characters
-        ends = list(range(1, ends[0]))
-    lo, hi, best = 0, len(ends) - 1, None
-    while lo <= hi:  # binary search: a prefix that fits never grows past one that does not
-        mid = (lo + hi) // 2
-        cut = f"{text[: ends[mid]].rstrip()} {ELISION}"
-        if count_tokens(cut) <= budget:
-            best, lo = cut, mid + 1
-        else:
-            hi = mid - 1
-    return best
-
-
 def fit_evidence(
     llm: LLM,
     build: Callable[[Sequence[str]], list[Message]],
@@ -82,8 +65,8 @@ def fit_evidence(
     the backend's context (``llm.context_length``; unknown = as built).
 
     The cut follows the loop's reader cap: pieces are kept whole newest (last) first while they
-    fit, the first that does not is cut at a word boundary to the tokens left, older ones are
-    dropped. The loop's cap keeps prompts within the context for questions up to
+    fit, the first that does not is cut at a word boundary to the tokens left (``hierarchy.base.cut_prefix``, as the reader cap),
+    older ones are dropped. The loop's cap keeps prompts within the context for questions up to
     ``QUESTION_RESERVE_TOKENS`` tokens (``evidence_room``); a cut here is logged once per role.
 
     Raises:
@@ -114,9 +97,9 @@ def fit_evidence(
             kept.append(evidence[i])
             room -= sizes[i]
             continue
-        cut = _cut_to_tokens(evidence[i], room - prompts.EVIDENCE_FRAME_TOKENS, count)
-        if cut is not None:
-            kept.append(cut)
+        end = cut_prefix(evidence[i], 0, room - prompts.EVIDENCE_FRAME_TOKENS, count)
+        if end is not None:
+            kept.append(elided(evidence[i], end))
         break
     kept.reverse()
     _warn_once(

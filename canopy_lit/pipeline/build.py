@@ -180,16 +180,24 @@ def build_retriever(
     assert isinstance(options, dict)
     options.pop("name", None)  # the option's label for tables and run folders, not an argument
     factory: Callable[..., Retriever] = instantiate(options)
-    return factory(
-        retrieval=cfg.retrieval, bench=bench, encoder=encoder, hierarchy=hierarchy, llm=llm, item_cache=item_cache,
-        index=build_index(cfg), ranking=build_candidate_ranking(cfg),
+    return call_declared(
+        factory, retrieval=cfg.retrieval, bench=bench, encoder=encoder, hierarchy=hierarchy, llm=llm,
+        item_cache=item_cache, index=build_index(cfg), ranking=build_candidate_ranking(cfg),
     )  # fmt: skip
 
 
 def build_controller(cfg: DictConfig, llm: Any, hierarchy: Hierarchy) -> Controller | None:
     """The controller of the ``controller`` group (None = ``controller=none``: stop after round 1)."""
     factory: Callable[..., Controller | None] = instantiate(cfg.controller)
-    return factory(llm=llm, hierarchy=hierarchy, data=cfg.data)
+    return call_declared(factory, llm=llm, hierarchy=hierarchy, data=cfg.data)
+
+
+def call_declared(factory: Callable[..., Any], **offered: Any) -> Any:
+    """``factory`` called with the offered keywords its signature declares (all of them when it takes
+    ``**kwargs``): each option of a group (``retriever``, ``controller``) declares what it needs and nothing else."""
+    params = inspect.signature(factory).parameters
+    takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return factory(**{k: v for k, v in offered.items() if takes_all or k in params})
 
 
 def loop_settings(cfg: DictConfig) -> LoopSettings:

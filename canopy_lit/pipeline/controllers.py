@@ -1,8 +1,8 @@
 """The ``controller`` config group (critic | ircot | none) and the reader, as thin adapters over the LLM
 roles (``canopy_lit.llm.roles``).
 
-Each ``configs/controller/*.yaml`` targets one factory below; ``pipeline.build.build_controller``
-calls it with the same keywords (``llm``, ``hierarchy``, ``data``), so an option uses what it needs.
+Each ``configs/controller/*.yaml`` targets one factory below; ``pipeline.build.build_controller`` offers
+``llm``, ``hierarchy`` and ``data`` and passes each factory the ones it declares (``build.call_declared``).
 """
 
 from __future__ import annotations
@@ -48,15 +48,9 @@ class IRCoTController:
         return Decision(stop=s.answer is not None, followup=s.sentence or question.text, raw={"thought": s.sentence, "answer": s.answer})
 
 
-def critic_controller(
-    llm: Any,
-    mode: str = "logprob",
-    threshold: float | None = None,
-    hierarchy: Hierarchy | None = None,
-    data: Any = None,
-) -> CriticController:
+def critic_controller(llm: Any, mode: str = "logprob", threshold: float | None = None) -> CriticController:
     """``controller=critic`` (CANOPY): ``critic.mode`` logprob | json, ``critic.threshold`` (None = the
-    llm config's calibrated value). ``hierarchy`` and ``data`` are unused (uniform call)."""
+    llm config's calibrated value)."""
     return CriticController(LLMCritic(llm, mode=mode, threshold=threshold))
 
 
@@ -75,7 +69,7 @@ def ircot_controller(
     return IRCoTController(IRCoTStepper(llm, demos=chains))
 
 
-def no_controller(llm: Any = None, hierarchy: Hierarchy | None = None, data: Any = None) -> Controller | None:
+def no_controller() -> Controller | None:
     """``controller=none``: the loop stops after its first round. None rather than an always-stop
     controller, so that no controller call or verdict is recorded for it (the loop's contract)."""
     return None

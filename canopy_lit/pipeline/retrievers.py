@@ -27,7 +27,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.pipeline.scoring import _numpy
+from canopy_lit.pipeline.scoring import as_float32
 from canopy_lit.retrieval.base import Retriever
 from canopy_lit.retrieval.bm25 import BM25Retriever
 from canopy_lit.retrieval.hybrid import reciprocal_rank_fusion
@@ -132,7 +132,7 @@ class CandidateRetriever:
 
     def dense_scores(self, query: str, ids: Sequence[str]) -> np.ndarray:
         """cos(f0(query), f0(item)) of ``ids``: (len(ids),); item vectors are memoised."""
-        q = _numpy(self.encoder.encode_queries([query]))[0]
+        q = as_float32(self.encoder.encode_queries([query]))[0]
         return self._embed(ids) @ q
 
     def _embed(self, ids: Sequence[str]) -> np.ndarray:
@@ -143,7 +143,7 @@ class CandidateRetriever:
                 self._emb[i] = e[0]
         elif missing:
             texts = [self.hierarchy.node_text(self.hierarchy.build(self.items[i]), 0) for i in missing]
-            for i, e in zip(missing, _numpy(self.encoder.encode_queries(texts)), strict=True):
+            for i, e in zip(missing, as_float32(self.encoder.encode_queries(texts)), strict=True):
                 self._emb[i] = e
         return np.stack([self._emb[i] for i in ids])
 
@@ -167,9 +167,6 @@ def corpus_retriever(
     index: Callable[..., Retriever],
     llm: Any = None,
     bench: Any = None,
-    hierarchy: Hierarchy | None = None,
-    item_cache: Any = None,
-    ranking: CandidateRanking | None = None,
 ) -> Retriever:
     """``retriever=corpus``: the index the ``retrieval`` group targets (dense, BM25, hybrid) over its
     ``benchmarks``' union corpus, or over your own corpus file (``retrieval.corpus=PATH``), cached by content.
@@ -187,8 +184,8 @@ def corpus_retriever(
         llm: the modality router's LLM when ``retrieval.routing`` is on (offered only the modalities
             the index holds, one call per query text).
         bench: the run's loaded benchmark (None: the union as ``retrieval.benchmark_options`` reads it).
-        hierarchy, item_cache, ranking: unused (the corpus vectors are cached by content); accepted so
-            that every retriever option is called the same way.
+
+    The corpus vectors are cached by content, so no ``item_cache``; the index ranks, so no ``ranking``.
     """
     router = LLMModalityRouter(llm) if retrieval.get("routing") else None
     kwargs: dict[str, Any] = {"encoder": encoder, "router": router}
@@ -224,7 +221,6 @@ def candidate_retriever(
     pool: str = "candidates",
     item_cache: Any = None,
     ranking: CandidateRanking | None = None,
-    index: Any = None,
 ) -> CandidateRetriever:
     """``retriever=candidates`` (each question's delivered items) or ``retriever=benchmark`` (every item
     of the loaded file for every question), ranked by ``ranking``.
@@ -238,8 +234,6 @@ def candidate_retriever(
         pool: ``candidates`` or ``benchmark``.
         item_cache: the items' vectors through a disk cache (``CandidateRetriever``); None = in memory.
         ranking: the ``retrieval.candidate_ranking`` block, built (None: ``DenseRanking``).
-        index: unused (the pool is the question's, not a corpus index); accepted so that every
-            retriever option is called the same way.
     """
     if pool not in ("candidates", "benchmark"):
         raise ValueError(f"retriever.pool must be candidates | benchmark, got {pool!r}")

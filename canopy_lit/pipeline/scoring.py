@@ -29,8 +29,9 @@ from typing import Any
 import numpy as np
 
 from canopy_lit.encoders.base import input_text
+from canopy_lit.encoders.late import is_late, late_embed_trees
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.retrieval.node_cache import NodeEmbeddingCache, is_late, late_embed_trees
+from canopy_lit.retrieval.node_cache import NodeEmbeddingCache
 from canopy_lit.types import Tree
 
 
@@ -60,11 +61,11 @@ class NodeScorer:
             return late_embed_trees(self.encoder, self.hierarchy, [tree])[0]
         # The same inputs the cache encodes (text + frames), so cached and uncached scores agree.
         inputs = [self.hierarchy.node_input(tree, i) for i in range(len(tree))]
-        return _numpy(self.encoder.encode_nodes(inputs))
+        return as_float32(self.encoder.encode_nodes(inputs))
 
     def embed_query(self, query: str) -> np.ndarray:
         """(D,) f0 query embedding."""
-        return _numpy(self.encoder.encode_queries([query]))[0]
+        return as_float32(self.encoder.encode_queries([query]))[0]
 
     def embed_trees(
         self, trees: Sequence[Tree], nodes: Sequence[Sequence[int]] | None = None
@@ -85,7 +86,7 @@ class NodeScorer:
             embs = late_embed_trees(self.encoder, self.hierarchy, trees)
             return [e[np.asarray(list(ii), dtype=np.int64)] for e, ii in zip(embs, ids, strict=True)]
         inputs = [self.hierarchy.node_input(t, int(i)) for t, ii in zip(trees, ids, strict=True) for i in ii]
-        emb = _numpy(self.encoder.encode_nodes(inputs)) if inputs else np.zeros((0, 0), np.float32)
+        emb = as_float32(self.encoder.encode_nodes(inputs)) if inputs else np.zeros((0, 0), np.float32)
         bounds = np.cumsum([0, *(len(ii) for ii in ids)])
         return [emb[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
@@ -156,7 +157,7 @@ class CrossNodeScorer:
 
     def embed_query(self, query: str) -> CrossQuery:
         """The query's text and its (D,) f0 embedding."""
-        return CrossQuery(query, _numpy(self.encoder.encode_queries([query]))[0])
+        return CrossQuery(query, as_float32(self.encoder.encode_queries([query]))[0])
 
     def score(
         self, query: str | CrossQuery, trees: Sequence[Tree], nodes: Sequence[Sequence[int]] | None = None
@@ -191,7 +192,7 @@ class CrossNodeScorer:
                         known[key] = value
             keys.append(row)
         if todo:
-            emb = _numpy(self.encoder.encode_pairs([k[0] for k in todo], list(todo.values())))
+            emb = as_float32(self.encoder.encode_pairs([k[0] for k in todo], list(todo.values())))
             for key, value in zip(todo, emb @ q.vector, strict=True):
                 known[key] = float(value)
                 self.cache.put(key, known[key])
@@ -296,7 +297,8 @@ def node_scorer(
     return NodeScorer(encoder, hierarchy, cache)
 
 
-def _numpy(x: Any) -> np.ndarray:
+def as_float32(x: Any) -> np.ndarray:
+    """A tensor or array as a float32 numpy array (detached, on the CPU)."""
     if hasattr(x, "detach"):
         x = x.detach().float().cpu().numpy()
     return np.asarray(x, dtype=np.float32)

@@ -32,7 +32,7 @@ from canopy_lit.retrieval.base import (
     rows_by_route,
 )
 from canopy_lit.retrieval.corpus import CorpusStore, render_item
-from canopy_lit.retrieval.retriever import _slug
+from canopy_lit.retrieval.retriever import cache_slug
 from canopy_lit.retrieval.user_corpus import open_corpus
 from canopy_lit.types import Item
 
@@ -194,7 +194,7 @@ def load_or_build_index(corpus: CorpusStore, settings: BM25Settings, cache_dir: 
     a half index that a later run would load.
     """
     cache = Path(cache_dir)
-    out = cache / f"bm25-{_slug(corpus.digest(), settings.__dict__)}"
+    out = cache / f"bm25-{cache_slug(corpus.digest(), settings.__dict__)}"
     if (out / "ids.json").is_file():
         ids = json.loads((out / "ids.json").read_text())
         if ids == corpus.ids:

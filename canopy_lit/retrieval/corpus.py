@@ -35,7 +35,7 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
-def _hash_tree(path: Path) -> str:
+def hash_tree(path: Path) -> str:
     """sha256 (16 hex) of a file's bytes, or of every file below a folder (relative names and bytes)."""
     h = hashlib.sha256()
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
@@ -76,7 +76,7 @@ def _source_files(values: Iterable[Any]) -> dict[str, str]:
     out: dict[str, str] = {}
     for v in values:
         if isinstance(v, (str, Path)) and str(v) and Path(v).exists():
-            out[str(Path(v).resolve())] = _hash_tree(Path(v))
+            out[str(Path(v).resolve())] = hash_tree(Path(v))
     return out
 
 
@@ -116,7 +116,7 @@ def corpus_sources(
     return out
 
 
-def _read_manifest(path: Path) -> dict[str, Any] | None:
+def read_manifest(path: Path) -> dict[str, Any] | None:
     try:
         body = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -240,7 +240,7 @@ class CorpusStore:
         path = Path(cache_dir) / f"corpus-{key}.jsonl"
         manifest = path.with_suffix(".json")
         if path.is_file() and not rebuild:
-            recorded = _read_manifest(manifest)
+            recorded = read_manifest(manifest)
             store = cls(path)
             if recorded is not None and recorded.get("sha256") == store.digest():
                 return store

@@ -1,10 +1,12 @@
-"""FAISS index construction for ``FaissIndex``: an index of each kind (``KINDS``), and vectors normalised and
-encoded block by block into a code buffer sized once (``fill_index``), so the (N, D) float32 matrix never exists."""
+"""FAISS index construction for ``FaissIndex``: an index of each kind (``KINDS``), vectors normalised and
+encoded block by block into a code buffer sized once (``fill_index``), so the (N, D) float32 matrix never exists,
+the modality partitions of a build (``partitions``) and the process's rank when torch.distributed builds it."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -70,3 +72,25 @@ def fill_index(idx: Any, fetch: Callable[[Any], np.ndarray], lo: int, hi: int, b
         return
     for b in range(lo, hi, block):
         idx.add(normalize(fetch(np.arange(b, min(hi, b + block)))))
+
+
+ALL = "all"  # the single partition of an unpartitioned index
+
+
+def distributed_rank() -> tuple[int, Callable[[], None] | None]:
+    """(rank, barrier) of an initialised torch.distributed process group, else (0, None); never imports torch."""
+    torch = sys.modules.get("torch")
+    dist = getattr(torch, "distributed", None)
+    if dist is None or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() < 2:
+        return 0, None
+    return int(dist.get_rank()), dist.barrier
+
+
+def partitions(groups: Sequence[str] | np.ndarray | None, n: int) -> list[tuple[str, np.ndarray]]:
+    """(name, rows) per partition, names sorted, rows ascending; one ``ALL`` partition without groups."""
+    if groups is None:
+        return [(ALL, np.arange(n, dtype=np.int64))]
+    if len(groups) != n:
+        raise ValueError(f"groups has {len(groups)} entries for {n} ids")
+    g = np.asarray([str(x) for x in groups], dtype=object)
+    return [(name, np.flatnonzero(g == name)) for name in sorted(set(g.tolist()))]

@@ -27,7 +27,6 @@ import json
 import logging
 import os
 import shutil
-import sys
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -37,13 +36,18 @@ from typing import Any
 import numpy as np
 
 from canopy_lit.retrieval.embedding_shards import ShardSet, ShardVectors, locate_rows
-from canopy_lit.retrieval.faiss_codes import KINDS, faiss_module, fill_index, new_index, normalize
+from canopy_lit.retrieval.faiss_codes import (
+    KINDS,
+    distributed_rank,
+    faiss_module,
+    fill_index,
+    new_index,
+    normalize,
+    partitions,
+)
 from canopy_lit.retrieval.ids import IdArray, IdMap, IdWriter, write_ids
 
 log = logging.getLogger(__name__)
-
-ALL = "all"  # the single partition of an unpartitioned index
-
 
 @dataclass
 class SearchResult:
@@ -51,25 +55,6 @@ class SearchResult:
 
     ids: list[list[str]]
     scores: list[list[float]]
-
-
-def _distributed() -> tuple[int, Callable[[], None] | None]:
-    """(rank, barrier) of an initialised torch.distributed process group, else (0, None); never imports torch."""
-    torch = sys.modules.get("torch")
-    dist = getattr(torch, "distributed", None)
-    if dist is None or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() < 2:
-        return 0, None
-    return int(dist.get_rank()), dist.barrier
-
-
-def _partitions(groups: Sequence[str] | np.ndarray | None, n: int) -> list[tuple[str, np.ndarray]]:
-    """(name, rows) per partition, names sorted, rows ascending; one ``ALL`` partition without groups."""
-    if groups is None:
-        return [(ALL, np.arange(n, dtype=np.int64))]
-    if len(groups) != n:
-        raise ValueError(f"groups has {len(groups)} entries for {n} ids")
-    g = np.asarray([str(x) for x in groups], dtype=object)
-    return [(name, np.flatnonzero(g == name)) for name in sorted(set(g.tolist()))]
 
 
 class FaissIndex:
@@ -139,7 +124,7 @@ class FaissIndex:
             raise ValueError("duplicate ids in the index input")
         index = cls(vectors.shape[1], **kwargs)
         ids_arr = np.asarray(ids, dtype=object)
-        for name, rows in _partitions(groups, len(ids)):
+        for name, rows in partitions(groups, len(ids)):
             index._build_part(name, len(rows), lambda r, rows=rows: vectors[rows[r]])
             index.part_ids[name] = ids_arr[rows]
         return index
@@ -183,7 +168,7 @@ class FaissIndex:
         builds and the other ranks wait for it and load the result: one copy of the index in the making,
         not one per rank.
         """
-        rank, barrier = _distributed()
+        rank, barrier = distributed_rank()
         if rank:
             barrier()
             keep = {k: v for k, v in kwargs.items() if k in ("nprobe", "search_batch")}
@@ -229,7 +214,7 @@ class FaissIndex:
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
         try:
-            for name, rows in _partitions(groups, n):
+            for name, rows in partitions(groups, n):
                 index._build_part(
                     name, len(rows), lambda r, rows=rows: source.gather(rows[r]), block, train_size, seed
                 )

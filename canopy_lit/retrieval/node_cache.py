@@ -32,8 +32,6 @@ Online compression is then lookup + dot product; ``precompute`` fills the disk t
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import sqlite3
@@ -45,8 +43,9 @@ from typing import Any
 
 import numpy as np
 
-from canopy_lit.encoders.base import LATE_POOLINGS
+from canopy_lit.encoders.late import is_late, late_embed_trees
 from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.retrieval.node_keys import fingerprint_slug, item_digest, row_checksum
 from canopy_lit.types import Item, Tree
 
 log = logging.getLogger(__name__)
@@ -55,62 +54,6 @@ Key = tuple[str, str, int, int]  # (item id, item digest, start, end) within one
 
 SCHEMA = "3"  # 2: per-row checksum column ``sum``; 3: item content digest and truncation flag per row
 _CORRUPT_CODES = {"SQLITE_CORRUPT", "SQLITE_NOTADB"}
-
-
-def fingerprint_slug(fingerprint: str) -> str:
-    """A filesystem-safe, collision-resistant name for a fingerprint."""
-    return hashlib.sha256(fingerprint.encode()).hexdigest()[:20]
-
-
-def row_checksum(item: str, digest: str, start: int, end: int, cut: bool, blob: bytes) -> bytes:
-    """8-byte BLAKE2b of a row's key, truncation flag and vector bytes: a vector stored under another key
-    fails it too."""
-    h = hashlib.blake2b(digest_size=8)
-    h.update(f"{item}\0{digest}\0{start}\0{end}\0{int(cut)}\0".encode())
-    h.update(blob)
-    return h.digest()
-
-
-# (path, size, mtime_ns) -> content hash: a media file is read once per process, not once per lookup
-_media_hashes: dict[tuple[str, int, int], str] = {}
-
-
-def _media_hash(path: str) -> str:
-    """Content hash of an image or video file (size + first and last MiB); "" when it cannot be read."""
-    from canopy_lit.encoders.base import quick_file_hash
-
-    try:
-        st = os.stat(path)
-    except OSError:
-        return ""  # the renderer reports the missing file when it needs the pixels
-    key = (path, st.st_size, st.st_mtime_ns)
-    if key not in _media_hashes:
-        _media_hashes[key] = quick_file_hash(Path(path))
-    return _media_hashes[key]
-
-
-def item_digest(item: Item) -> str:
-    """16 hex digits of BLAKE2b over what an item's nodes render from: its whole record (title, text,
-    sentences, table, caption ...) and, for an image or a video, the media file's content."""
-    h = hashlib.blake2b(digest_size=8)
-    h.update(json.dumps(item.to_dict(), sort_keys=True, ensure_ascii=False, default=str).encode())
-    media = item.image if item.image is not None else (item.video.path if item.video is not None else None)
-    if media is not None:
-        h.update(b"\0" + _media_hash(media).encode())
-    return h.hexdigest()
-
-
-def is_late(encoder: Any) -> bool:
-    """Whether ``encoder`` embeds nodes by late chunking (``node_pooling`` late or late_region)."""
-    return getattr(encoder, "node_pooling", "node") in LATE_POOLINGS
-
-
-def late_embed_trees(encoder: Any, hierarchy: Hierarchy, trees: Sequence[Tree]) -> list[np.ndarray]:
-    """(num_nodes, D) float32 late-chunked embeddings of every node of each tree: one item forward each."""
-    if not trees:
-        return []
-    embs = encoder.encode_spans([hierarchy.node_spans(t) for t in trees])
-    return [np.asarray(e.detach().cpu().float().numpy() if hasattr(e, "detach") else e, np.float32) for e in embs]
 
 
 class CorruptNodeCache(Exception):

@@ -96,7 +96,8 @@ def builder_options(builder: Any, options: Mapping[str, Any]) -> dict[str, Any]:
     return {key: v for key, v in options.items() if key in accepted}
 
 
-def _slug(*parts: Any) -> str:
+def cache_slug(*parts: Any) -> str:
+    """16 hex digits naming a cache folder by everything that decides its content (JSON of ``parts``)."""
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -154,13 +155,13 @@ def build_retriever(
     digest = corpus.digest()
     # encode_corpus renders items with the default hierarchy: its renderer is part of what the vectors are
     fp = f0_fingerprint(encoder) + f"|{Hierarchy().fingerprint}"
-    emb_dir = cache / f"emb-{_slug(fp, digest)}"
+    emb_dir = cache / f"emb-{cache_slug(fp, digest)}"
     rep = encode_corpus(corpus, encoder, emb_dir, batch_size=batch_size, shard_size=shard_size, trainer_kwargs=trainer_kwargs)
     if rep.encoded:
         log.info("encoded %d corpus items in %.1f s (%d already done)", rep.encoded, rep.seconds, rep.skipped)
     opts = dict(index_options or {})
     gpu = bool(opts.pop("gpu", False))
-    idx_dir = cache / f"index-{_slug(fp, digest, index, opts, partition_by_modality)}"
+    idx_dir = cache / f"index-{cache_slug(fp, digest, index, opts, partition_by_modality)}"
     if (idx_dir / "meta.json").exists():
         faiss_index = FaissIndex.load(idx_dir, gpu=gpu, **{k_: v for k_, v in opts.items() if k_ in ("nprobe", "search_batch")})
     else:  # streamed from the shards on disk: the (N, D) float32 matrix is never in memory

@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from canopy_lit.data.base import Benchmark
-from canopy_lit.data.readers import custom, hf
+from canopy_lit.data.readers import custom, fields, hf
 from canopy_lit.data.readers._io import DataFormatError, RecordError, iter_located_records, record_guard
-from canopy_lit.retrieval.corpus import CORPUS_FORMAT, CorpusStore, _hash_tree, _read_manifest
+from canopy_lit.retrieval.corpus import CORPUS_FORMAT, CorpusStore, hash_tree, read_manifest
 from canopy_lit.types import Item, Modality
 
 log = logging.getLogger(__name__)
@@ -72,16 +72,16 @@ class _ItemParser:
     """One corpus record -> an ``Item``; media checks and the table shape are the custom reader's."""
 
     def __init__(self, media_root: Path, allow_outside: bool) -> None:
-        self.media = custom._Parser(Benchmark("corpus", [], {}, {}), media_root, allow_outside)
+        self.media = custom.RecordParser(Benchmark("corpus", [], {}, {}), media_root, allow_outside)
         self.media.outside_hint = _OUTSIDE_HINT
 
     def item(self, rec: Any) -> Item:
         if not isinstance(rec, dict):
             raise RecordError(f"a record is a JSON object, got {type(rec).__name__}")
-        custom._check_keys(rec, FIELDS, "")
+        fields.check_keys(rec, FIELDS, "")
         if rec.get("id") is None:
             raise _fail("id", "missing (every corpus item needs an id)")
-        item_id = custom._string(rec["id"], "id")
+        item_id = fields.as_string(rec["id"], "id")
         payloads = [k for k in PAYLOADS if rec.get(k) is not None]
         if payloads == ["text", "sentences"]:  # Item.to_dict of a pre-split text: text is the join
             payloads = ["sentences"]
@@ -92,10 +92,10 @@ class _ItemParser:
         payload = payloads[0]
         modality = PAYLOADS[payload]
         if rec.get("modality") is not None:
-            named = custom._string(rec["modality"], "modality").lower()
+            named = fields.as_string(rec["modality"], "modality").lower()
             if named != modality.value:
                 raise _fail("modality", f"{named!r} but the payload is {payload!r} ({modality.value})")
-        title = custom._string(rec["title"], "title", allow_empty=True) if rec.get("title") is not None else ""
+        title = fields.as_string(rec["title"], "title", allow_empty=True) if rec.get("title") is not None else ""
         meta: dict[str, Any] = {}
         if rec.get("meta") is not None:
             if not isinstance(rec["meta"], dict):
@@ -104,16 +104,16 @@ class _ItemParser:
         if rec.get("caption") is not None:
             if modality != Modality.IMAGE:
                 raise _fail("caption", "is for images (a table's caption goes in table.caption)")
-            meta["caption"] = custom._string(rec["caption"], "caption", allow_empty=True)
+            meta["caption"] = fields.as_string(rec["caption"], "caption", allow_empty=True)
         value = rec[payload]
         kwargs: dict[str, Any] = {}
         if payload == "text":
-            kwargs["text"] = custom._string(value, "text")
+            kwargs["text"] = fields.as_string(value, "text")
         elif payload == "sentences":
-            sentences = [s.strip() for s in custom._strings(value, "sentences")]
+            sentences = [s.strip() for s in fields.as_strings(value, "sentences")]
             if not any(sentences):
                 raise _fail("sentences", "has no non-empty sentence")
-            if rec.get("text") is not None and custom._string(rec["text"], "text", True) != " ".join(sentences):
+            if rec.get("text") is not None and fields.as_string(rec["text"], "text", True) != " ".join(sentences):
                 raise _fail("text", "differs from the join of sentences: give one payload, text or sentences")
             kwargs["sentences"] = sentences
         elif payload == "table":
@@ -167,7 +167,7 @@ def read_corpus(
 def _reading_code() -> str:
     """sha256 (16 hex) of the code that turns corpus records into items."""
     h = hashlib.sha256()
-    for module in (__file__, custom.__file__, hf.__file__, Path(custom.__file__).with_name("_io.py"),
+    for module in (__file__, custom.__file__, fields.__file__, hf.__file__, Path(custom.__file__).with_name("_io.py"),
                    Path(__file__).parents[1] / "types.py"):  # fmt: skip
         h.update(Path(module).read_bytes())
     return h.hexdigest()[:16]
@@ -177,7 +177,7 @@ def content_hash(path: Path) -> str:
     """sha256 (16 hex) of a corpus file's bytes and suffix (how it is parsed), or of a dataset folder's files
     (their names relative to it and bytes): the file's own name is no part of it."""
     if path.is_dir():
-        return _hash_tree(path)
+        return hash_tree(path)
     h = hashlib.sha256("".join(path.suffixes[-2:]).lower().encode() + b"\0")
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -223,7 +223,7 @@ def user_corpus_store(
     out = Path(cache_dir) / f"corpus-{key}.jsonl"
     manifest = out.with_suffix(".json")
     if out.is_file() and not rebuild:
-        recorded = _read_manifest(manifest)
+        recorded = read_manifest(manifest)
         store = CorpusStore(out)
         if recorded is not None and recorded.get("sha256") == store.digest():
             return store

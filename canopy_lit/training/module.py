@@ -12,7 +12,8 @@ import torch
 from torch import nn
 
 from canopy_lit.data.batch import PreferenceBatch
-from canopy_lit.encoders.base import LATE_POOLINGS, NodeEncoder
+from canopy_lit.encoders.base import NodeEncoder
+from canopy_lit.encoders.late import LATE_POOLINGS
 from canopy_lit.supervision import PairKind
 from canopy_lit.training.losses import pair_costs, pairwise_ranking_loss
 from canopy_lit.training.metrics import DecisionAccuracy

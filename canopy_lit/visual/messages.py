@@ -19,7 +19,7 @@ import numpy as np
 from PIL import Image
 
 from canopy_lit.hierarchy.base import Frame, merged_ranges
-from canopy_lit.hierarchy.video import VideoTreeBuilder, _clock, sample_times
+from canopy_lit.hierarchy.video import VideoTreeBuilder, clock, sample_times
 from canopy_lit.types import Modality, Tree
 from canopy_lit.visual.frames import load_frames
 
@@ -64,7 +64,7 @@ def evidence_frames(
     for s, e in merged_ranges(tree, node_ids):
         t0, t1 = tree.leaves[s].t_start, tree.leaves[e - 1].t_end
         times = sample_times(t0, t1, builder.frame_interval, builder.max_frames)
-        out.append((f"[{_clock(t0)}-{_clock(t1)}]", [Frame(tree.item.video.path, t) for t in times]))
+        out.append((f"[{clock(t0)}-{clock(t1)}]", [Frame(tree.item.video.path, t) for t in times]))
     return out
 
 

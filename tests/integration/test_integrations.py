@@ -135,3 +135,44 @@ def test_item_margin_drops_irrelevant_documents_in_both_frameworks(record: dict,
         assert [n.node.node_id for n in out] == want.block_ids
         with pytest.raises(ValueError, match="item_margin"):
             CanopyNodePostprocessor(item_margin=float("nan"))
+
+
+def test_pre_split_sentences_are_the_leaves_as_given(record: dict, compressor: Compressor) -> None:
+    """A chunk that carries its sentences is not split again: the same evidence as ``compress`` on items with
+    those sentences, every kept region a run of the given sentences (HotpotQA's own split)."""
+    import canopy_lit.api as api
+    from canopy_lit.integrations import Passage, compress_passages
+
+    passages = [Passage(" ".join(s), title, f"p{i}", tuple(s)) for i, (title, s) in enumerate(record["context"])]
+    kept = compress_passages(compressor, record["question"], passages, BUDGET)
+    items = [api.Item(p.id, "text", title=p.title, sentences=list(p.sentences)) for p in passages]
+    direct = compressor(record["question"], items, BUDGET)
+    assert [k.text for k in kept] == direct.blocks and kept
+    sentences = {p.id: p.sentences for p in passages}
+    for k in kept:
+        for region in k.regions:
+            given = sentences[region["item_id"]]
+            assert 0 <= region["start"] < region["end"] <= len(given)
+            if region["end"] - region["start"] == 1:
+                assert region["text"].split(": ", 1)[-1].strip() == given[region["start"]].strip()
+
+
+def test_langchain_reads_sentences_from_metadata_and_counts_in_the_readers_tokenizer(record: dict) -> None:
+    pytest.importorskip("langchain_core", reason="needs the langchain extra: pip install canopy-lit[langchain]")
+    from langchain_core.documents import Document
+
+    from canopy_lit.integrations.langchain import CanopyDocumentCompressor
+    from canopy_lit.llm.tokenizers import token_counter
+
+    docs = [
+        Document(page_content=" ".join(s), metadata={"id": f"p{i}", "title": title, "sentences": list(s)})
+        for i, (title, s) in enumerate(record["context"])
+    ]
+    canopy = CanopyDocumentCompressor(adapter=str(ADAPTER), budget=BUDGET, tokenizer="qwen2.5-1.5b")
+    out = canopy.compress_documents(docs, record["question"])
+    count = token_counter("qwen2.5-1.5b")
+    assert out and all(d.metadata["canopy_tokens"] == count(d.page_content) for d in out)
+    assert sum(d.metadata["canopy_tokens"] for d in out) <= BUDGET
+    docs[1].metadata["sentences"] = ["not", "this"]
+    with pytest.raises(ValueError, match=r"documents\[1\]: metadata\['sentences'\] joined by single spaces"):
+        canopy.compress_documents(docs, record["question"])

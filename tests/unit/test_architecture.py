@@ -6,7 +6,8 @@ is checked on the real package and shown to fail on a small package written with
 - only ``pipeline/build.py`` and ``train.py`` call Hydra's ``instantiate``;
 - the library imports nothing from ``experiments/`` or ``perf/`` (by module name or by a path inserted);
 - no import cycle among the package's modules at module level;
-- no cycle among its folders, imports inside functions included (entry points ``__main__.py`` aside).
+- no cycle among its folders, imports inside functions included (entry points ``__main__.py`` aside);
+- no module imports another module's private (``_name``) definition.
 """
 
 from __future__ import annotations
@@ -281,11 +282,44 @@ def folder_cycles(root: Path) -> list[str]:
     return [" <-> ".join(c) for c in _strong_components({k: sorted(v) for k, v in graph.items()})]
 
 
+def private_imports(root: Path) -> list[str]:
+    """Rule: no module imports another module's private name (``from canopy_lit.x import _helper``): a helper
+    two modules share is part of an interface and gets a public name; a private one may change without notice."""
+    modules = package_modules(root)
+    out = []
+    for module, path in modules.items():
+        is_package = path.name == "__init__.py"
+        tree = _parse(path)
+        bound: dict[str, str] = {}  # local name -> the package module it is bound to
+        for node in every_import(tree):
+            if isinstance(node, ast.Import):
+                bound |= {a.asname: a.name for a in node.names if a.asname and a.name in modules}
+                continue
+            source = _absolute(module, is_package, node)
+            if not (source == PACKAGE or source.startswith(PACKAGE + ".")):
+                continue
+            for a in node.names:
+                if _private(a.name):
+                    out.append(f"{module}: {source}.{a.name}")
+                elif f"{source}.{a.name}" in modules:
+                    bound[a.asname or a.name] = f"{source}.{a.name}"
+        # ``custom._string(...)`` on a module bound above reaches into it just the same
+        out += [f"{module}: {bound[n.value.id]}.{n.attr}" for n in ast.walk(tree)
+                if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in bound
+                and _private(n.attr)]  # fmt: skip
+    return out
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
 RULES = {"reports never import the pipeline": reports_import_pipeline,
          "only build.py and train.py instantiate": instantiate_calls,
          "nothing from experiments/ or perf/": outside_code_imports,
          "no import cycle": import_cycles,
-         "no cycle among folders": folder_cycles}  # fmt: skip
+         "no cycle among folders": folder_cycles,
+         "no private name imported across modules": private_imports}  # fmt: skip
 
 
 @pytest.mark.parametrize("rule", RULES, ids=list(RULES))
@@ -341,6 +375,11 @@ VIOLATIONS = {
          "eval/metrics.py": "from canopy_lit.report import tables\n"},
     ],
 }
+VIOLATIONS["no private name imported across modules"] = [
+    {"eval/metrics.py": "from canopy_lit.pipeline.loop import _helper\n"},
+    {"eval/metrics.py": "def f():\n    from ..pipeline.loop import X, _helper\n"},  # relative, inside a function
+    {"eval/metrics.py": "from canopy_lit.pipeline import loop\n\nY = loop._helper\n"},  # through the module
+]
 CASES = [(rule, i) for rule, cases in VIOLATIONS.items() for i in range(len(cases))]
 
 

@@ -415,7 +415,7 @@ def test_every_evidence_measure_is_taken_after_the_reader_cap() -> None:
 
 
 def test_evidence_table_shows_recall_without_titles_beside_recall() -> None:
-    from canopy_lit.report.tables import render_evidence
+    from canopy_lit.report.render import render_evidence
 
     row = {"benchmark": "hotpotqa", "method": "parent_relative (f0)", "n": 100, "answer_recall": 0.6,
            "answer_recall_ci_low": 0.5, "answer_recall_ci_high": 0.7, "answer_recall_content": 0.4,

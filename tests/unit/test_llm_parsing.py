@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from canopy_lit.llm import base, prompts
+from canopy_lit.llm import base, prompts, wire
 from canopy_lit.llm.parsing import (
     ParseStats,
     extract_json,
@@ -153,8 +153,8 @@ def test_openai_response_parsing() -> None:
                                                                 {"token": "No", "logprob": -2.4}]}]}}],
         "usage": {"prompt_tokens": 12, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": 8}},
     }  # fmt: skip
-    r = base.parse_openai_response(body, source="t")
+    r = wire.parse_openai_response(body, source="t")
     assert r.text == "Yes" and r.prompt_tokens == 12 and r.cached_tokens == 8
     assert r.top_logprobs == [{"Yes": -0.1, "No": -2.4}]
     with pytest.raises(base.LLMError, match="server returned an error"):
-        base.parse_openai_response({"error": {"message": "context too long"}}, source="t")
+        wire.parse_openai_response({"error": {"message": "context too long"}}, source="t")

@@ -94,6 +94,12 @@ def make(retriever, controller=None, refiner=None, scorer=None, aggregation=None
     )
 
 
+def capped(loop: EvidenceLoop, evidence: list[Evidence]) -> tuple[list[str], int, int]:
+    """The reader's blocks under the loop's cap, their tokens and the held items not delivered whole."""
+    got = loop.budget.cap(evidence)
+    return got.blocks, got.tokens, got.not_whole
+
+
 def test_critic_stop_ends_the_loop_and_followup_becomes_the_query() -> None:
     retr = ScriptedRetriever([["a", "b"], ["b", "c"], ["c"]])
     ctrl = ScriptedController([False, True, True])
@@ -157,18 +163,18 @@ def held(*ids: str) -> list[Evidence]:
 
 def test_reader_cap_newest_first_truncates_at_a_region_boundary_and_drops_older() -> None:
     loop = cap_loop(10)
-    assert [words(b) for b in loop.evidence_blocks(held("x", "y", "z"))] == [3, 8, 4]
-    blocks, tokens, not_whole = loop.capped_evidence(held("x", "y", "z"))
+    assert [words(loop.budget.block(ev)) for ev in held("x", "y", "z")] == [3, 8, 4]
+    blocks, tokens, not_whole = capped(loop, held("x", "y", "z"))
     # z (4) whole; y cut to its first five leaves + elision (6 tokens); x dropped, never kept over y.
     assert blocks == ["y1 y2 y3 y4 y5 …", "z1 z2 z3 z4"]
     assert tokens == 10 == sum(words(b) for b in blocks) and not_whole == 2
 
 
 def test_reader_cap_truncates_a_block_larger_than_the_cap() -> None:
-    blocks, tokens, not_whole = cap_loop(5).capped_evidence(held("y"))
+    blocks, tokens, not_whole = capped(cap_loop(5), held("y"))
     assert blocks == ["y1 y2 y3 y4 …"] and tokens == 5 and not_whole == 1
-    assert cap_loop(1).capped_evidence(held("y")) == ([], 0, 1)  # not even one leaf fits
-    assert cap_loop(15).capped_evidence(held("x", "y", "z"))[1:] == (15, 0)  # everything fits whole
+    assert capped(cap_loop(1), held("y")) == ([], 0, 1)  # not even one leaf fits
+    assert capped(cap_loop(15), held("x", "y", "z"))[1:] == (15, 0)  # everything fits whole
 
 
 def test_reader_cap_in_the_loop_counts_what_the_reader_gets() -> None:
@@ -249,9 +255,8 @@ def test_reader_cap_within_a_round_keeps_rank_order() -> None:
 
 def test_reader_cap_newer_rounds_first_then_rank_order() -> None:
     """Round 1 holds [x], round 2 [z, y]: z (newest round, rank 1) whole, y cut, x (older round) dropped."""
-    blocks, tokens, not_whole = cap_loop(10).capped_evidence(
-        [*held("x"), *(Evidence(ev.tree, ev.node_ids, 1) for ev in held("z", "y"))]
-    )
+    evidence = [*held("x"), *(Evidence(ev.tree, ev.node_ids, 1) for ev in held("z", "y"))]
+    blocks, tokens, not_whole = capped(cap_loop(10), evidence)
     assert blocks == ["z1 z2 z3 z4", "y1 y2 y3 y4 y5 …"] and tokens == 10 and not_whole == 2
 
 
@@ -275,12 +280,11 @@ def test_one_oversized_item_ranked_last_is_cut_at_a_token_boundary_and_the_other
 
 
 def test_one_oversized_item_ranked_first_fills_the_cap_and_drops_the_rest() -> None:
-    blocks, tokens, not_whole = cap_loop(20).capped_evidence(
-        [Evidence(Hierarchy(2).build(HUGE), [0], 0), *(Evidence(ev.tree, ev.node_ids, 0) for ev in held("x"))]
-    )
+    evidence = [Evidence(Hierarchy(2).build(HUGE), [0], 0), *(Evidence(ev.tree, ev.node_ids, 0) for ev in held("x"))]
+    blocks, tokens, not_whole = capped(cap_loop(20), evidence)
     assert len(blocks) == 1 and blocks[0].startswith("Huge: w0") and tokens == words(blocks[0]) == 20
     assert not_whole == 2
-    assert cap_loop(1).capped_evidence([Evidence(Hierarchy(2).build(HUGE), [0], 0)]) == ([], 0, 1)  # title alone
+    assert capped(cap_loop(1), [Evidence(Hierarchy(2).build(HUGE), [0], 0)]) == ([], 0, 1)  # title alone
 
 
 def test_oversized_item_cut_with_the_reader_tokenizer() -> None:
@@ -296,6 +300,6 @@ def test_oversized_item_cut_with_the_reader_tokenizer() -> None:
         None, Hierarchy(2), KeepWholeRefiner(), EchoReader(), count, settings=LoopSettings(reader_max_tokens=300)
     )
     big = Item("huge", "text", title="Huge", sentences=[" ".join(f"w{i}" for i in range(20_000))])
-    blocks, tokens, not_whole = loop.capped_evidence([Evidence(Hierarchy(2).build(big), [0], 0)])
+    blocks, tokens, not_whole = capped(loop, [Evidence(Hierarchy(2).build(big), [0], 0)])
     assert len(blocks) == 1 and 290 <= tokens == count(blocks[0]) <= 300 and not_whole == 1
     assert blocks[0].startswith("Huge: w0 w1") and blocks[0].endswith(" …") and blocks[0][-3] != "w"

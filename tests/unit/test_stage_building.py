@@ -205,3 +205,18 @@ def test_evidence_and_probe_stages_come_from_config(hydra_ctx, tmp_path: Path) -
         build_evidence_loop(compose("evaluate", overrides=[*common, "retrieval.routing=true"]), bench)
     stages = build_probe(compose("evaluate", overrides=["experiment=probe", "scorer=f0", "refine.descend_margin=0.01"]))
     assert isinstance(stages.scorer.encoder, FrozenEncoderView) and stages.descend_margin == 0.01
+
+
+def test_a_group_factory_gets_only_the_keywords_it_declares() -> None:
+    """``build.call_declared``: a factory is never handed a keyword it does not declare (no ``unused`` parameters
+    kept for a uniform call), one taking ``**kwargs`` gets them all, and a missing required one still fails."""
+    from canopy_lit.pipeline.build import call_declared
+    from canopy_lit.pipeline.controllers import critic_controller, no_controller
+
+    offered = {"llm": "an llm", "hierarchy": Hierarchy(2), "data": {"name": "hotpotqa"}}
+    assert call_declared(lambda llm: llm, **offered) == "an llm"
+    assert call_declared(lambda **kw: sorted(kw), **offered) == ["data", "hierarchy", "llm"]
+    assert call_declared(no_controller, **offered) is None
+    assert call_declared(critic_controller, **offered).critic.llm == "an llm"
+    with pytest.raises(TypeError, match="threshold"):
+        call_declared(lambda llm, threshold: None, **offered)

@@ -12,7 +12,7 @@ import pytest
 from runfolders import ROOT, make_multirun, make_probe_run, make_qa_run
 
 from canopy_lit.eval.records import RUN_FILE, adapter_axes, run_axes
-from canopy_lit.report import tables
+from canopy_lit.report import render
 from canopy_lit.report.__main__ import main as report_main
 from canopy_lit.report.runs import find_runs, load_run
 from canopy_lit.report.tables import qa_rows, render_study, split_settings, write_tables
@@ -209,10 +209,10 @@ def test_refresh_rewrites_only_generated_blocks(studies: Path, tmp_path: Path) -
 
 
 def test_fmt_percent_and_missing() -> None:
-    assert tables.fmt("f1", 0.4567) == "45.7"
-    assert tables.fmt("evidence_tokens", 1815.6) == "1816"
-    assert tables.fmt("llm_calls", 2.75) == "2.75"
-    assert tables.fmt("em", None) == "" and tables.fmt("em", math.nan) == ""
+    assert render.fmt("f1", 0.4567) == "45.7"
+    assert render.fmt("evidence_tokens", 1815.6) == "1816"
+    assert render.fmt("llm_calls", 2.75) == "2.75"
+    assert render.fmt("em", None) == "" and render.fmt("em", math.nan) == ""
 
 
 def test_training_run_folders_stay_out_of_qa_tables(tmp_path: Path) -> None:

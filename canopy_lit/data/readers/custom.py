@@ -26,13 +26,11 @@ validation; test), else the hash split of ``canopy_lit.data.splits``. Any malfor
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
-import math
 import os
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +39,15 @@ from canopy_lit.data.readers import hf
 from canopy_lit.data.readers._gold import gold_leaves
 from canopy_lit.data.readers._io import (
     DataFormatError,
-    RecordError,
     iter_located_records,
     record_guard,
+)
+from canopy_lit.data.readers.fields import (
+    as_number,
+    as_string,
+    as_strings,
+    check_keys,
+    field_error,
 )
 from canopy_lit.hierarchy import video_duration
 from canopy_lit.types import Item, Leaf, Modality, Question, Table, VideoRef
@@ -112,7 +116,7 @@ def read(
     bench = Benchmark(
         name, [], {}, {}, skipped, {"path": str(path), "reader": "custom", "media_root": str(root)}
     )
-    parser = _Parser(bench, root, bool(allow_outside_media_root))
+    parser = RecordParser(bench, root, bool(allow_outside_media_root))
     # Pass 1: the items every record defines, in all files, so that a record may name an item defined in a
     # later file (test.jsonl reads before train.jsonl) or in a record skipped as a repeated question.
     bad: set[tuple[int, int]] = set()
@@ -160,50 +164,7 @@ def _sources(path: Path) -> Iterator[tuple[Path, str | None, Iterable[Located]]]
         )
 
 
-def _fail(field: str, message: str) -> RecordError:
-    return RecordError(f"{field}: {message}" if field else message)
-
-
-def _nearest(key: str, known: Iterable[str]) -> str:
-    hit = difflib.get_close_matches(key, list(known), n=1)
-    return f" (did you mean {hit[0]!r}?)" if hit else ""
-
-
-def _check_keys(obj: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
-    # Arrow fills fields a record lacks with None: only keys with a value are the record's own.
-    for key in obj:
-        if key not in known and obj[key] is not None:
-            raise _fail(
-                where + str(key), f"unknown field{_nearest(str(key), known)}; known: {', '.join(known)}"
-            )
-
-
-def _string(value: Any, field: str, allow_empty: bool = False) -> str:
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise _fail(field, f"expected a string, got {type(value).__name__}")
-    if isinstance(value, float) and not math.isfinite(value):  # a dataset's NaN is no answer 'nan'
-        raise _fail(field, f"expected a string, got {value!r}")
-    text = str(value)
-    if not allow_empty and not text.strip():
-        raise _fail(field, "is empty")
-    return text
-
-
-def _strings(value: Any, field: str) -> list[str]:
-    if not isinstance(value, list):
-        raise _fail(field, f"expected a list of strings, got {type(value).__name__}")
-    return [_string(v, f"{field}[{i}]", allow_empty=True) for i, v in enumerate(value)]
-
-
-def _number(value: Any, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _fail(field, f"expected a number, got {type(value).__name__}")
-    if not math.isfinite(value):
-        raise _fail(field, f"expected a finite number, got {value!r}")
-    return float(value)
-
-
-class _Parser:
+class RecordParser:
     """Records -> ``Question``s; items are created once by id and must not change between records."""
 
     # How to opt out of the media-root check, in the error (the corpus reader names its own switch).
@@ -232,20 +193,20 @@ class _Parser:
             if not isinstance(entry, dict):
                 continue
             field = f"items[{i}]"
-            _check_keys(entry, ITEM_FIELDS, f"{field}.")
+            check_keys(entry, ITEM_FIELDS, f"{field}.")
             payloads = [k for k in PAYLOADS if entry.get(k) is not None]
             if len(payloads) > 1:
-                raise _fail(field, f"one payload per item, got {' and '.join(payloads)}")
+                raise field_error(field, f"one payload per item, got {' and '.join(payloads)}")
             if not payloads:
                 continue
-            local_id = _string(entry["id"], f"{field}.id") if entry.get("id") is not None else None
+            local_id = as_string(entry["id"], f"{field}.id") if entry.get("id") is not None else None
             item = self._new_item(entry, payloads[0], local_id, field)
             known = self.bench.items.get(item.id)
             if known is None:
                 self.bench.items[item.id] = item
                 self.defined_at[item.id] = where
             elif known != item:
-                raise _fail(f"{field}.id", f"{local_id!r} was defined with other content at "
+                raise field_error(f"{field}.id", f"{local_id!r} was defined with other content at "
                             f"{self.defined_at[item.id]}")  # fmt: skip
             self.entry_ids[(key, i)] = item.id
 
@@ -261,27 +222,27 @@ class _Parser:
         """The record's question and the ids of its items; None for a repeated question id (counted)."""
         self.count += 1
         if not isinstance(rec, dict):
-            raise _fail("", f"a record is a JSON object, got {type(rec).__name__}")
-        _check_keys(rec, QUESTION_FIELDS, "")
-        qid = _string(rec["id"], "id") if rec.get("id") is not None else str(self.count - 1)
+            raise field_error("", f"a record is a JSON object, got {type(rec).__name__}")
+        check_keys(rec, QUESTION_FIELDS, "")
+        qid = as_string(rec["id"], "id") if rec.get("id") is not None else str(self.count - 1)
         if self.bench.repeats_question(qid):  # before its items join the pool
             return None
         if "question" not in rec or rec["question"] is None:
-            raise _fail("question", "missing")
-        text = _string(rec["question"], "question")
+            raise field_error("question", "missing")
+        text = as_string(rec["question"], "question")
         answers = self._answers(rec)
-        choices = _strings(rec["choices"], "choices") if rec.get("choices") is not None else None
+        choices = as_strings(rec["choices"], "choices") if rec.get("choices") is not None else None
         split = source_split
         if rec.get("split") is not None:
-            given = _string(rec["split"], "split").lower()
+            given = as_string(rec["split"], "split").lower()
             if given not in SPLIT_NAMES:
-                raise _fail("split", f"{rec['split']!r} is not one of {', '.join(SPLIT_NAMES)}")
+                raise field_error("split", f"{rec['split']!r} is not one of {', '.join(SPLIT_NAMES)}")
             split = SPLIT_NAMES[given]
         entries = rec.get("items")
         if entries is None:
             entries = []
         if not isinstance(entries, list):
-            raise _fail("items", f"expected a list of items, got {type(entries).__name__}")
+            raise field_error("items", f"expected a list of items, got {type(entries).__name__}")
         gold: dict[str, list[int]] = {}
         candidates: list[str] = []
         for i, entry in enumerate(entries):
@@ -293,13 +254,13 @@ class _Parser:
         meta: dict[str, Any] = {}
         if rec.get("meta") is not None:
             if not isinstance(rec["meta"], dict):
-                raise _fail("meta", f"expected an object, got {type(rec['meta']).__name__}")
+                raise field_error("meta", f"expected an object, got {type(rec['meta']).__name__}")
             meta.update(rec["meta"])
         doc = rec.get("doc")
         if doc is not None:
             docs = [doc] if isinstance(doc, str) else doc
             if not isinstance(docs, list) or not all(isinstance(d, str) and d for d in docs):
-                raise _fail("doc", "expected a document id (string) or a list of them")
+                raise field_error("doc", "expected a document id (string) or a list of them")
             meta["doc"] = [f"{self.bench.name}:doc:{d}" for d in docs]
         else:
             meta["doc"] = sorted(gold) or candidates[:1]
@@ -312,13 +273,13 @@ class _Parser:
     def _answers(rec: dict[str, Any]) -> list[str]:
         given = [k for k in ("answers", "answer", "golden_answers") if rec.get(k) is not None]
         if len(given) > 1:
-            raise _fail(given[1], f"give the answers in one field, not in both {given[0]!r} and {given[1]!r}")
+            raise field_error(given[1], f"give the answers in one field, not in both {given[0]!r} and {given[1]!r}")
         if not given:
             return []
         value = rec[given[0]]
         if isinstance(value, list):
-            return [a for a in _strings(value, given[0]) if a.strip()]
-        return [_string(value, given[0])]
+            return [a for a in as_strings(value, given[0]) if a.strip()]
+        return [as_string(value, given[0])]
 
     # ------------------------------------------------------------------ items
     def _item(self, entry: Any, field: str, defined: str | None) -> tuple[str, list[int] | None]:
@@ -327,58 +288,58 @@ class _Parser:
         if isinstance(entry, str | int) and not isinstance(entry, bool):
             entry = {"id": entry}
         if not isinstance(entry, dict):
-            raise _fail(field, f"an item is an object or an item id, got {type(entry).__name__}")
-        _check_keys(entry, ITEM_FIELDS, f"{field}.")
+            raise field_error(field, f"an item is an object or an item id, got {type(entry).__name__}")
+        check_keys(entry, ITEM_FIELDS, f"{field}.")
         payloads = [k for k in PAYLOADS if entry.get(k) is not None]
         if len(payloads) > 1:
-            raise _fail(field, f"one payload per item, got {' and '.join(payloads)}")
-        local_id = _string(entry["id"], f"{field}.id") if entry.get("id") is not None else None
+            raise field_error(field, f"one payload per item, got {' and '.join(payloads)}")
+        local_id = as_string(entry["id"], f"{field}.id") if entry.get("id") is not None else None
         if not payloads:
             if local_id is None:
-                raise _fail(
+                raise field_error(
                     field, f"no payload: give one of {', '.join(PAYLOADS)} (or the id of an earlier item)"
                 )
             item_id = f"{self.bench.name}:{local_id}"
             if item_id not in self.bench.items:
-                raise _fail(f"{field}.id", f"{local_id!r} names no item defined in the dataset; give its payload "
+                raise field_error(f"{field}.id", f"{local_id!r} names no item defined in the dataset; give its payload "
                             f"here (one of {', '.join(PAYLOADS)})")  # fmt: skip
             item = self.bench.items[item_id]
         else:
             if defined is None:
-                raise _fail(field, "was not read when the items were defined")  # the two passes disagree: a bug
+                raise field_error(field, "was not read when the items were defined")  # the two passes disagree: a bug
             item = self.bench.items[defined]
         return item.id, self._gold(entry, item, field)
 
     def _new_item(self, entry: dict[str, Any], payload: str, local_id: str | None, field: str) -> Item:
         modality = PAYLOADS[payload]
         if entry.get("modality") is not None:
-            named = _string(entry["modality"], f"{field}.modality").lower()
+            named = as_string(entry["modality"], f"{field}.modality").lower()
             if named != modality.value:
-                raise _fail(
+                raise field_error(
                     f"{field}.modality", f"{named!r} but the payload is {payload!r} ({modality.value})"
                 )
         title = (
-            _string(entry["title"], f"{field}.title", allow_empty=True)
+            as_string(entry["title"], f"{field}.title", allow_empty=True)
             if entry.get("title") is not None
             else ""
         )
         meta: dict[str, Any] = {}
         if entry.get("meta") is not None:
             if not isinstance(entry["meta"], dict):
-                raise _fail(f"{field}.meta", f"expected an object, got {type(entry['meta']).__name__}")
+                raise field_error(f"{field}.meta", f"expected an object, got {type(entry['meta']).__name__}")
             meta.update(entry["meta"])
         if entry.get("caption") is not None:
             if modality != Modality.IMAGE:
-                raise _fail(f"{field}.caption", "is for images (a table's caption goes in table.caption)")
-            meta["caption"] = _string(entry["caption"], f"{field}.caption", allow_empty=True)
+                raise field_error(f"{field}.caption", "is for images (a table's caption goes in table.caption)")
+            meta["caption"] = as_string(entry["caption"], f"{field}.caption", allow_empty=True)
         value = entry[payload]
         kwargs: dict[str, Any] = {}
         if payload == "text":
-            kwargs["text"] = _string(value, f"{field}.text")
+            kwargs["text"] = as_string(value, f"{field}.text")
         elif payload == "sentences":
-            sentences = _strings(value, f"{field}.sentences")
+            sentences = as_strings(value, f"{field}.sentences")
             if not any(s.strip() for s in sentences):
-                raise _fail(f"{field}.sentences", "has no non-empty sentence")
+                raise field_error(f"{field}.sentences", "has no non-empty sentence")
             kwargs["sentences"] = [s.strip() for s in sentences]
         elif payload == "table":
             kwargs["table"] = self._table(value, f"{field}.table")
@@ -393,33 +354,33 @@ class _Parser:
     @staticmethod
     def _table(value: Any, field: str) -> Table:
         if not isinstance(value, dict):
-            raise _fail(field, f"expected {{'header': [...], 'rows': [[...]]}}, got {type(value).__name__}")
-        _check_keys(value, ("header", "rows", "caption"), f"{field}.")
+            raise field_error(field, f"expected {{'header': [...], 'rows': [[...]]}}, got {type(value).__name__}")
+        check_keys(value, ("header", "rows", "caption"), f"{field}.")
         rows = value.get("rows")
         if not isinstance(rows, list) or not rows:
-            raise _fail(f"{field}.rows", "expected a non-empty list of rows (lists of cells)")
+            raise field_error(f"{field}.rows", "expected a non-empty list of rows (lists of cells)")
         cells = []
         for r, row in enumerate(rows):
             if not isinstance(row, list):
-                raise _fail(f"{field}.rows[{r}]", f"expected a list of cells, got {type(row).__name__}")
-            cells.append(["" if c is None else _string(c, f"{field}.rows[{r}][{c_i}]", allow_empty=True)
+                raise field_error(f"{field}.rows[{r}]", f"expected a list of cells, got {type(row).__name__}")
+            cells.append(["" if c is None else as_string(c, f"{field}.rows[{r}][{c_i}]", allow_empty=True)
                           for c_i, c in enumerate(row)])  # fmt: skip
-        header = _strings(value["header"], f"{field}.header") if value.get("header") is not None else []
+        header = as_strings(value["header"], f"{field}.header") if value.get("header") is not None else []
         caption = (
-            _string(value["caption"], f"{field}.caption", True) if value.get("caption") is not None else ""
+            as_string(value["caption"], f"{field}.caption", True) if value.get("caption") is not None else ""
         )
         return Table(header, cells, caption)
 
     def _media(self, value: Any, field: str) -> Path:
-        ref = Path(_string(value, field))
+        ref = Path(as_string(value, field))
         file = ref if ref.is_absolute() else self.media_root / ref
         # Lexical check (abspath, no symlink resolution): links the user put under media_root stay readable.
         root = os.path.abspath(self.media_root)
         if not self.allow_outside and os.path.commonpath([root, os.path.abspath(file)]) != root:
-            raise _fail(field, f"{str(ref)!r} lies outside media_root={self.media_root}: media paths stay inside "
+            raise field_error(field, f"{str(ref)!r} lies outside media_root={self.media_root}: media paths stay inside "
                         f"it ({self.outside_hint})")  # fmt: skip
         if not file.is_file():
-            raise _fail(
+            raise field_error(
                 field, f"file not found: {file} (relative paths resolve under media_root={self.media_root})"
             )
         return file
@@ -428,45 +389,45 @@ class _Parser:
         if isinstance(value, str):
             value = {"path": value}
         if not isinstance(value, dict):
-            raise _fail(field, f"expected a path or {{'path', 'start', 'end'}}, got {type(value).__name__}")
-        _check_keys(value, ("path", "start", "end"), f"{field}.")
+            raise field_error(field, f"expected a path or {{'path', 'start', 'end'}}, got {type(value).__name__}")
+        check_keys(value, ("path", "start", "end"), f"{field}.")
         if value.get("path") is None:
-            raise _fail(f"{field}.path", "missing")
+            raise field_error(f"{field}.path", "missing")
         file = self._media(value["path"], f"{field}.path")
-        start = _number(value["start"], f"{field}.start") if value.get("start") is not None else 0.0
+        start = as_number(value["start"], f"{field}.start") if value.get("start") is not None else 0.0
         if value.get("end") is not None:
-            end = _number(value["end"], f"{field}.end")
+            end = as_number(value["end"], f"{field}.end")
             duration = _readable_duration(file)
             if duration is not None and end > duration + _DURATION_SLACK:
-                raise _fail(f"{field}.end", f"{end:g} s lies past the end of {file.name} ({duration:g} s): "
+                raise field_error(f"{field}.end", f"{end:g} s lies past the end of {file.name} ({duration:g} s): "
                             "a clip lies within its video")  # fmt: skip
         else:
             try:
                 end = video_duration(str(file))
             except Exception as err:  # decoders raise many types: the record names the file either way
-                raise _fail(
+                raise field_error(
                     f"{field}.path", f"cannot read the video's duration ({err}); give video.end"
                 ) from err
         if not 0 <= start < end:
-            raise _fail(field, f"clip bounds must satisfy 0 <= start < end, got start={start:g}, end={end:g}")
+            raise field_error(field, f"clip bounds must satisfy 0 <= start < end, got start={start:g}, end={end:g}")
         return VideoRef(str(file), start, end)
 
     # ------------------------------------------------------------------ gold
     def _gold(self, entry: dict[str, Any], item: Item, field: str) -> list[int] | None:
         flag = entry.get("gold")
         if flag is not None and not isinstance(flag, bool):
-            raise _fail(f"{field}.gold", f"expected true or false, got {flag!r} (spans go in gold_spans, "
+            raise field_error(f"{field}.gold", f"expected true or false, got {flag!r} (spans go in gold_spans, "
                         "gold_offsets, gold_leaves or gold_times)")  # fmt: skip
         given = {k: entry[k] for k in _SPAN_FIELDS if entry.get(k) is not None}
         if flag is False and any(given.values()):
-            raise _fail(f"{field}.gold", f"false, but {', '.join(given)} mark(s) gold spans")
+            raise field_error(f"{field}.gold", f"false, but {', '.join(given)} mark(s) gold spans")
         leaves: set[int] = set()
         for key, spans in given.items():
             if item.modality not in _SPAN_FIELDS[key]:
                 fits = " or ".join(m.value for m in _SPAN_FIELDS[key])
-                raise _fail(f"{field}.{key}", f"is for {fits} items; this item is {item.modality.value}")
+                raise field_error(f"{field}.{key}", f"is for {fits} items; this item is {item.modality.value}")
             if not isinstance(spans, list):
-                raise _fail(f"{field}.{key}", f"expected a list, got {type(spans).__name__}")
+                raise field_error(f"{field}.{key}", f"expected a list, got {type(spans).__name__}")
             for j, span in enumerate(spans):
                 leaves.update(self._span(item, key, span, f"{field}.{key}[{j}]"))
         if leaves:
@@ -478,17 +439,17 @@ class _Parser:
 
     def _span(self, item: Item, key: str, span: Any, field: str) -> list[int]:
         if key == "gold_spans":
-            span = _string(span, field)
+            span = as_string(span, field)
         elif key == "gold_leaves":
             if isinstance(span, bool) or not isinstance(span, int):
-                raise _fail(field, f"expected a leaf index (int), got {span!r}")
+                raise field_error(field, f"expected a leaf index (int), got {span!r}")
         elif not (isinstance(span, list) and len(span) == 2):
             unit = "character offsets" if key == "gold_offsets" else "seconds"
-            raise _fail(field, f"expected [start, end] in {unit}, got {span!r}")
+            raise field_error(field, f"expected [start, end] in {unit}, got {span!r}")
         try:
             return gold_leaves(item, [span], self.leaf_cache)
         except ValueError as err:
-            raise _fail(field, str(err)) from err
+            raise field_error(field, str(err)) from err
 
 
 _DURATION_SLACK = 1.0  # seconds: container durations are rounded; a clip a little past them is the video's end

@@ -35,7 +35,7 @@ from canopy_lit.data.base import Benchmark
 from canopy_lit.data.readers import hotpotqa
 from canopy_lit.data.readers._gold import locate_sentences
 from canopy_lit.data.readers._io import DataFormatError, record_guard, require
-from canopy_lit.data.readers.nq import _qid
+from canopy_lit.data.readers.nq import question_id
 from canopy_lit.types import Item, Modality, Question
 
 # Accepted layout names -> canonical layout (also the benchmark name and item-id prefix).
@@ -237,7 +237,7 @@ def _read_nq(sources: list[Source], name: str, strict: bool) -> Benchmark:
                 if ans is None:
                     raise KeyError("answer")
                 answers = [str(a) for a in ans] if isinstance(ans, list) else [str(ans)]
-                qid = str(rec["id"]) if rec.get("id") is not None else _qid(text, n)
+                qid = str(rec["id"]) if rec.get("id") is not None else question_id(text, n)
                 meta: dict[str, Any] = {"doc": f"{name}:question:{qid}", "file": label.name}
                 if split is not None:
                     meta["split"] = split

@@ -21,7 +21,8 @@ from canopy_lit.data.readers._io import iter_records, record_guard, require
 from canopy_lit.types import Item, Modality, Question
 
 
-def _qid(text: str, index: int) -> str:
+def question_id(text: str, index: int) -> str:
+    """An id for a question record that has none (NQ-open, Hugging Face rows without ``id``)."""
     # NQ-open has no ids: question text hash + line number keeps duplicates apart.
     return f"nq-{index}-{hashlib.sha1(text.encode()).hexdigest()[:8]}"
 
@@ -36,7 +37,7 @@ def read(path: Path, strict: bool = True) -> Benchmark:
         with record_guard(path, index, rec, skipped, strict):
             text = require(rec, "question", str)
             answers = [str(a) for a in require(rec, "answers", list)]
-            qid = str(rec.get("id", _qid(text, index)))
+            qid = str(rec.get("id", question_id(text, index)))
             if bench.repeats_question(qid):
                 continue
             gold_rec = require(rec, "nq_annotated_gold", dict)
