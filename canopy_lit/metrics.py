@@ -52,15 +52,31 @@ def f1_score(prediction: str, answers: Sequence[str]) -> float:
     return max((_f1(prediction, a) for a in answers), default=0.0)
 
 
-def choice_letter(prediction: str, n_choices: int = 4) -> str | None:
-    """The option letter a reader chose: '(B)', 'B', 'Answer: B.' -> 'B'; None if no letter parses.
+# "Answer:", "Final answer is -" ... before a reply's answer (the reader's parser strips it too)
+ANSWER_PREFIX = re.compile(r"^\s*(?:final\s+)?(?:short\s+)?answer\s*(?:is)?\s*[:\-]\s*", re.I)
 
-    The same rules as the reader's parser (``canopy_lit.llm.parsing.find_choice_letter``), so an
-    answer in words ("a man rides a horse") is never read as option A.
+
+def choice_letter(text: str, n_choices: int = 4) -> str | None:
+    """The option letter (``A``..) a reader chose, or None; the reader's parser (``llm.parsing``) and the metric
+    read a reply by these same rules.
+
+    Read: a lone letter (``B``, ``b``, ``(c)``, ``B.``), a leading marked letter (``(C) red``,
+    ``C: red``, ``Answer: A.``), ``option D ...``, ``answer is (D).``, or a capital letter closing
+    a sentence (``I think it is B.``). Not read: a capital that starts words, so an answer in
+    words (``A man rides a horse``) is no option letter.
     """
-    from canopy_lit.llm.parsing import find_choice_letter
-
-    return find_choice_letter(prediction, n_choices)
+    if n_choices < 1:
+        return None
+    letters = "".join(chr(65 + i) for i in range(min(n_choices, 26)))
+    t = ANSWER_PREFIX.sub("", (text or "").strip()).strip()
+    m = (
+        re.fullmatch(rf"\(?([{letters}{letters.lower()}])[).:]?", t)
+        or re.match(rf"^[(\[]?([{letters}])(?:[).:\]]|,|\s*$)", t)
+        or re.search(rf"\b(?i:option)\s*\(?([{letters}])\b(?![\w'])", t)
+        or re.search(rf"\b(?i:answer)(?:\s+(?i:is))?\s*:?\s*\(?([{letters}])(?=[).:,]|\s*$)", t)
+        or re.search(rf"(?:^|[\s(])([{letters}])(?:[).:]|\s*$)", t)
+    )
+    return m.group(1).upper() if m else None
 
 
 def choice_accuracy(prediction: str, answer_letter: str, n_choices: int = 4) -> float:

@@ -31,6 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from canopy_lit.metrics import ANSWER_PREFIX, choice_letter
+
 
 class ParseStats:
     """Thread-safe counts of parse attempts and failures per kind (``critic``, ``reader``, ...)."""
@@ -277,9 +279,6 @@ def yes_no_from_text(text: str) -> bool | None:
 
 # ----------------------------------------------------------------- reader + labels
 
-_ANSWER_PREFIX = re.compile(r"^\s*(?:final\s+)?(?:short\s+)?answer\s*(?:is)?\s*[:\-]\s*", re.I)
-
-
 def parse_short_answer(text: str, stats: ParseStats | None = None) -> str:
     """First non-empty line, without an "Answer:" prefix, wrapping quotes/markup or a final period."""
     stats = stats or PARSE_STATS
@@ -287,7 +286,7 @@ def parse_short_answer(text: str, stats: ParseStats | None = None) -> str:
     if not lines:
         stats.record("reader", False)
         return ""
-    ans = _ANSWER_PREFIX.sub("", lines[0])
+    ans = ANSWER_PREFIX.sub("", lines[0])
     obj = extract_json(ans) if ans.startswith("{") else None
     if obj:  # a model that answered in JSON anyway
         ans = str(next(iter(obj.values()), ""))
@@ -297,32 +296,10 @@ def parse_short_answer(text: str, stats: ParseStats | None = None) -> str:
     return ans
 
 
-def find_choice_letter(text: str, n_choices: int) -> str | None:
-    """The option letter (``A``..) in a reply, or None; shared by the reader and the metric.
-
-    Read: a lone letter (``B``, ``b``, ``(c)``, ``B.``), a leading marked letter (``(C) red``,
-    ``C: red``, ``Answer: A.``), ``option D ...``, ``answer is (D).``, or a capital letter closing
-    a sentence (``I think it is B.``). Not read: a capital that starts words, so an answer in
-    words (``A man rides a horse``) is no option letter.
-    """
-    if n_choices < 1:
-        return None
-    letters = "".join(chr(65 + i) for i in range(min(n_choices, 26)))
-    t = _ANSWER_PREFIX.sub("", (text or "").strip()).strip()
-    m = (
-        re.fullmatch(rf"\(?([{letters}{letters.lower()}])[).:]?", t)
-        or re.match(rf"^[(\[]?([{letters}])(?:[).:\]]|,|\s*$)", t)
-        or re.search(rf"\b(?i:option)\s*\(?([{letters}])\b(?![\w'])", t)
-        or re.search(rf"\b(?i:answer)(?:\s+(?i:is))?\s*:?\s*\(?([{letters}])(?=[).:,]|\s*$)", t)
-        or re.search(rf"(?:^|[\s(])([{letters}])(?:[).:]|\s*$)", t)
-    )
-    return m.group(1).upper() if m else None
-
-
 def parse_choice_letter(text: str, n_choices: int, stats: ParseStats | None = None) -> str | None:
-    """``find_choice_letter``, counting unparsed replies under ``choice``."""
+    """``metrics.choice_letter``, counting unparsed replies under ``choice``."""
     stats = stats or PARSE_STATS
-    letter = find_choice_letter(text, n_choices)
+    letter = choice_letter(text, n_choices)
     stats.record("choice", letter is not None)
     return letter
 
