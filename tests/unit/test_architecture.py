@@ -410,7 +410,9 @@ def test_unused_definitions_stay_out() -> None:
 
 def test_refiners_carry_no_unused_name_attribute() -> None:
     """Run labels come from the config's ``_target_`` (``eval.records``), so a refiner needs no ``name``."""
-    classes = [n for n in _parse(ROOT / PACKAGE / "refine.py").body if isinstance(n, ast.ClassDef)]
+    classes = [n for path in sorted((ROOT / PACKAGE / "refine").glob("*.py")) for n in _parse(path).body
+               if isinstance(n, ast.ClassDef)]  # fmt: skip
+    assert {"ParentRelativeRefiner", "FlatMatchedRefiner", "LongLLMLinguaRefiner"} <= {c.name for c in classes}
     named = [c.name for c in classes for s in c.body if isinstance(s, ast.Assign)
              and any(isinstance(t, ast.Name) and t.id == "name" for t in s.targets)]  # fmt: skip
     assert not named, f"refiners with a `name` nothing reads: {named}"

@@ -17,6 +17,7 @@ from hydra.errors import ConfigCompositionException
 from hydra.utils import instantiate
 
 import canopy_lit.refine as refine
+import canopy_lit.refine.flat as refine_flat
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.schema import ConfigError, validate_eval_config
 from canopy_lit.types import Item, Table
@@ -59,7 +60,7 @@ def test_the_qa_probe_and_evidence_modes_build_nothing_themselves() -> None:
 
 def test_one_leaf_ranking_serves_the_three_flat_refiners(monkeypatch: pytest.MonkeyPatch) -> None:
     """Flat top-m, extractive (full and lazy scores) and flat at a matched budget all rank leaves with
-    ``refine.best_leaves``; the three live with the parent-relative refiners."""
+    ``refine.flat.best_leaves``; the three live together in ``refine/flat.py``."""
     h = Hierarchy(2)
     trees = [
         h.build(Item("a", "text", title="A", sentences=["a1 a2", "a3", "a4 a5 a6"])),
@@ -67,13 +68,13 @@ def test_one_leaf_ranking_serves_the_three_flat_refiners(monkeypatch: pytest.Mon
     ]
     scores = [np.linspace(0.1, 0.9, len(t)).astype(np.float32) for t in trees]
     seen: list[str] = []
-    original = refine.best_leaves
+    original = refine_flat.best_leaves
 
     def spy(*args, **kwargs):
         seen.append("called")
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(refine, "best_leaves", spy)
+    monkeypatch.setattr(refine_flat, "best_leaves", spy)
 
     class WordsFlatMatched(refine.FlatMatchedRefiner):
         @property
@@ -91,7 +92,7 @@ def test_one_leaf_ranking_serves_the_three_flat_refiners(monkeypatch: pytest.Mon
     ):
         seen.clear()
         assert run() and seen == ["called"]
-    assert refine.ExtractiveRefiner.__module__ == refine.FlatMatchedRefiner.__module__ == "canopy_lit.refine"
+    assert refine.ExtractiveRefiner.__module__ == refine.FlatMatchedRefiner.__module__ == "canopy_lit.refine.flat"
     # Same ranking for top-m and extractive on full scores (aggregation aside).
     assert refine.FlatTopMRefiner(m=3)(trees, scores) == refine.ExtractiveRefiner(m=3)(trees, scores)
 
