@@ -25,6 +25,7 @@ PUBLIC_PACKAGES = [
     "canopy_lit.encoders",
     "canopy_lit.hierarchy",
     "canopy_lit.llm",
+    "canopy_lit.refine",
     "canopy_lit.retrieval",
     "canopy_lit.training",
     "canopy_lit.serve",
