@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from canopy_lit.assets.integrity import check, failed_line, hashed_file, remember, stamp_path, verify
+from canopy_lit.assets.integrity import check, failed_line, hashed_file, remember, verify
 from canopy_lit.assets.registry import (
     READ_CHUNK,
     REGISTRY,
@@ -294,7 +294,6 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path)
     elif path.exists():
         path.unlink()
-    stamp_path(path).unlink(missing_ok=True)
 
 
 def cached_asset(path: Path) -> Asset | None:

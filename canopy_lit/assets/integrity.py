@@ -8,21 +8,17 @@ import threading
 import time
 from pathlib import Path
 
-from canopy_lit.assets.registry import STAMP_SUFFIX, Asset, sha256_file
+from canopy_lit.assets.registry import Asset, sha256_file
 
 log = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------- verification
-# A stamp on disk (size + mtime + hash) let rotten bytes with an unchanged size and mtime through, so
-# every process hashes each asset once; the result is remembered in memory for this process only.
+# Every process hashes each asset once and remembers the result in memory only: a record on disk (size +
+# mtime + hash) would let rotten bytes with an unchanged size and mtime through.
 
 _VERIFIED: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256 seen this process
 _VERIFIED_LOCK = threading.Lock()
-
-
-def stamp_path(target: Path) -> Path:
-    return target.with_name(target.name + STAMP_SUFFIX)
 
 
 def hashed_file(asset: Asset, path: Path) -> Path:

@@ -14,7 +14,6 @@ log = logging.getLogger(__name__)
 
 
 READ_CHUNK = 1 << 20
-STAMP_SUFFIX = ".verified.json"  # written by earlier versions; removed with the copy it described
 
 
 class AssetError(RuntimeError):

@@ -428,8 +428,6 @@ class PreferenceDataModule(L.LightningDataModule):
             ConfigError: one line naming each differing ``datamodule.*`` setting, stored vs. this run.
         """
         mine = self.fingerprint
-        if "split_seed" not in stored and "seed" in stored:  # written before the split had its own seed
-            stored = {**stored, "split_seed": stored["seed"]}
         both = set(stored.get("benchmarks", [])) | set(stored.get("zero_shot", []))
         both &= set(self.benchmark_names)
         diffs = []

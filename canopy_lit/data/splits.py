@@ -194,31 +194,9 @@ def record_adapter_split(adapter: str | Path, record: Mapping[str, Any]) -> None
 
 
 def adapter_split(adapter: str | Path) -> dict[str, Any] | None:
-    """The split record of an adapter folder: its ``encoder_fingerprint.json``'s, else (an adapter saved
-    before the record existed) what the training run's ``.hydra/config.yaml`` beside it says; None when
-    neither is there."""
-    adapter = Path(adapter)
+    """The split record of an adapter folder (its ``encoder_fingerprint.json``'s); None when it has none."""
     recorded = (read_fingerprint(adapter) or {}).get(SPLIT_KEY)
-    if isinstance(recorded, dict) and "split_seed" in recorded:
-        return recorded
-    config = adapter.parent / ".hydra" / "config.yaml"
-    if not config.is_file():
-        return None
-    from omegaconf import OmegaConf
-
-    try:
-        cfg = OmegaConf.load(config)
-        dm = OmegaConf.select(cfg, "datamodule")
-        if dm is None or "benchmarks" not in dm:
-            return None
-        # older runs split with datamodule.seed (the training seed)
-        seed = OmegaConf.select(cfg, "datamodule.split_seed", default=None)
-        seed = OmegaConf.select(cfg, "datamodule.seed") if seed is None else seed
-        names = OmegaConf.to_container(dm.benchmarks, resolve=True)
-        zero = OmegaConf.to_container(dm.zero_shot, resolve=True) if "zero_shot" in dm else []
-    except Exception:  # an unreadable or unresolvable old config: nothing to check against
-        return None
-    return {"split_seed": int(seed), "benchmarks": list(names or []), "zero_shot": list(zero or [])}
+    return recorded if isinstance(recorded, dict) and "split_seed" in recorded else None
 
 
 def adapter_split_problem(adapter: str | Path | None, benchmark: str, split: str, seed: int) -> str | None:

@@ -1,8 +1,8 @@
 """Run folders -> ``Run`` objects: flat metrics, resolved config, recorded axes, per-question records.
 
 A run folder is any folder with a ``metrics.json``. Its ablation axes come from ``run.json``
-(written by the evaluation, ``canopy_lit.eval.records.write_run_axes``); folders written before
-that file existed get the same axes recomputed from their saved ``.hydra/config.yaml``. Hydra's group
+(written by the evaluation, ``canopy_lit.eval.records.write_run_axes``); a training run's are computed
+from its saved ``.hydra/config.yaml``. Hydra's group
 choices and the job's overrides come from ``run.json`` (``choices``, ``overrides``: committed study
 runs keep no other ``.hydra`` file), else from ``.hydra/hydra.yaml`` and ``.hydra/overrides.yaml``.
 Study archives (``experiments/runs/<study>.zip``, ``canopy_lit.report.archive``) are unpacked on first read.
@@ -22,7 +22,6 @@ import yaml
 from omegaconf import OmegaConf
 
 from canopy_lit.eval.records import cfg_get, read_predictions, read_run_axes, run_axes
-from canopy_lit.eval.summary import duplicate_rates
 from canopy_lit.report.archive import (
     SUFFIX,
     ArchiveError,
@@ -33,9 +32,6 @@ from canopy_lit.report.archive import (
 )
 
 log = logging.getLogger(__name__)
-
-# Runs written before the rename: ``eval/duplicate_rate`` was computed over all rounds.
-LEGACY_KEYS = {"eval/duplicate_rate_all_rounds": "eval/duplicate_rate"}
 
 
 def label_value(v: Any) -> str:
@@ -59,7 +55,7 @@ class Run:
         config: ``.hydra/config.yaml`` as plain dicts ({} when absent).
         overrides: the job's command-line + sweep overrides (``run.json``, else ``.hydra/overrides.yaml``).
         study: study name (``--study``, else the ``study`` axis, else the multirun folder's name, else ``"runs"``).
-        axes: ``run.json``, or the same keys recomputed from ``config`` for older run folders.
+        axes: ``run.json``; for a training run (whose run.json has no ``mode``) computed from ``config``.
     """
 
     path: Path
@@ -112,11 +108,6 @@ class Run:
 
     def metric(self, key: str) -> float | None:
         v = self.metrics.get(key)
-        if v is None and key in LEGACY_KEYS:
-            v = self.metrics.get(LEGACY_KEYS[key])
-        if v is None and key == "eval/followup_duplicate_rate" and self.mode == "qa":
-            # Older runs lack it: recompute from their records (absent when no question had a round 2).
-            v = duplicate_rates(r for r in self.records() if r.get("status") == "ok").get("followup_duplicate_rate")
         return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
     def records(self) -> list[dict[str, Any]]:
@@ -246,7 +237,7 @@ def load_run(path: str | Path, study: str | None = None) -> Run:
         ofile = path / ".hydra" / "overrides.yaml"
         overrides = _read_yaml(ofile) if ofile.is_file() else []
     axes = recorded
-    if "mode" not in recorded:  # written before run.json, or a training run: the axes from the saved config
+    if "mode" not in recorded:  # a training run: the axes from the saved config
         choices = recorded.get("choices") or _hydra_runtime(path).get("choices") or {}
         axes = {**run_axes(config, choices), **recorded}
     name = study or axes.get("study") or None

@@ -157,14 +157,6 @@ def raise_problems(problems: list[str]) -> None:
         raise ConfigError(list(dict.fromkeys(problems)))
 
 
-# retrieval.scope=X became the retriever group (retriever=X): evaluate.yaml declares it null so that an
-# old command line reaches this check instead of a Hydra struct error.
-_SCOPE_MOVED = (
-    "retrieval.scope was replaced by the retriever group: use retriever={value} instead of "
-    "retrieval.scope={value} (options: corpus, candidates, benchmark)"
-)
-
-
 def validate_eval_config(cfg: DictConfig) -> None:
     """Check an evaluate config (every key of every group: known, typed, in range) before any work.
 
@@ -181,9 +173,6 @@ def validate_eval_config(cfg: DictConfig) -> None:
     for name, group in EVAL_GROUPS.items():
         if group is not None:
             check_node(cfg.get(name), f"{name}.", group, problems, rules.get(name))
-    scope = node_value(cfg.get("retrieval"), "scope")
-    if scope is not MISSING and scope is not None:
-        problems.append(_SCOPE_MOVED.format(value=scope))
     _check_data_name(cfg.get("data"), problems)
     _check_index_options(cfg, problems)
     from canopy_lit.data.shards import shard_problems

@@ -47,8 +47,8 @@ class Group:
 
 
 # Keys of the retrieval group that are no index builder's arguments: the loop owns k and exclude_seen,
-# the node cache and the candidate ranking are read by the pipeline, scope is the removed key (below).
-PIPELINE_RETRIEVAL_KEYS = frozenset({"k", "exclude_seen", "node_cache_dir", "candidate_ranking", "scope"})
+# the node cache and the candidate ranking are read by the pipeline.
+PIPELINE_RETRIEVAL_KEYS = frozenset({"k", "exclude_seen", "node_cache_dir", "candidate_ranking"})
 _UNCHECKED = None  # a group whose values are paths or Hydra's own settings
 
 EVAL_GROUPS: dict[str, Group | None] = {

@@ -70,7 +70,6 @@ class RetrievalSchema:
     candidate_ranking: dict[str, Any] | None = None
     exclude_seen: bool = False
     node_cache_dir: str | None = None
-    scope: str | None = None  # removed: named in its own message (_SCOPE_MOVED)
     index: str = knob("flat_sq_fp16", choices=("flat_sq_fp16", "flat", "ivfpq"))
     batch_size: int = knob(64, ge=1)
     shard_size: int = knob(4096, ge=1)

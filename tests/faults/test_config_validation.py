@@ -45,8 +45,6 @@ def train_problems(*overrides: str) -> list[str]:
         ("+loop.max_round=1", "unknown config key loop.max_round (did you mean loop.max_rounds?)"),
         ("+retrieval.kk=3", "unknown config key retrieval.kk (did you mean retrieval.k?)"),
         ("+limt=3", "unknown config key limt (did you mean limit?)"),
-        # the scope became the retriever group: an old command line is told the replacement
-        ("retrieval.scope=candidates", "retrieval.scope was replaced by the retriever group: use retriever=candidates"),
         ("+controller.demo=1", "unknown config key controller.demo ("),
         ("+retriever.pol=x", "unknown config key retriever.pol (canopy_lit.pipeline.retrievers.corpus_retriever takes"),
     ],

@@ -77,37 +77,16 @@ def _encoder_config(target: str, backbone: str = "minilm") -> dict:
             "retrieval": {"k": 5}}  # fmt: skip
 
 
-@pytest.mark.parametrize("stored", ["legacy", "settings.json"])
-def test_moved_encoder_target_is_the_same_setting(tmp_path, stored: str) -> None:
-    """A run folder made when the encoder config named the factory ``load_encoder`` resumes under the
-    config that names the class it built; another backbone or another k is still a change."""
-    import yaml
-
+def test_settings_changes_name_each_changed_key(tmp_path) -> None:
+    """settings.json is what a resume is compared with: the same config is no change, another encoder class or
+    another k is one line each; a folder that recorded no settings has nothing to compare."""
     from canopy_lit.eval.records import settings_changes, write_run_settings
 
-    old = _encoder_config("canopy_lit.encoders.load_encoder")
-    if stored == "legacy":
-        (tmp_path / ".hydra").mkdir()
-        (tmp_path / ".hydra" / "config.yaml").write_text(yaml.safe_dump(old))
-    else:
-        write_run_settings(tmp_path, old)
-
-    assert settings_changes(tmp_path, _encoder_config("canopy_lit.encoders.text.TextEncoder")) == []
+    text = _encoder_config("canopy_lit.encoders.text.TextEncoder")
+    assert settings_changes(tmp_path, text) == []
+    write_run_settings(tmp_path, text)
+    assert settings_changes(tmp_path, text) == []
     assert settings_changes(tmp_path, _encoder_config("canopy_lit.encoders.qwen3vl.Qwen3VLEncoder")) == [
         ("encoder._target_", "canopy_lit.encoders.text.TextEncoder", "canopy_lit.encoders.qwen3vl.Qwen3VLEncoder")
     ]
-    other_k = _encoder_config("canopy_lit.encoders.text.TextEncoder") | {"retrieval": {"k": 3}}
-    assert settings_changes(tmp_path, other_k) == [("retrieval.k", 5, 3)]
-
-
-def test_moved_refiner_target_is_the_same_setting(tmp_path) -> None:
-    """The extractive refiner moved from ``canopy_lit.pipeline.extractive`` to ``canopy_lit.refine``: a run folder
-    recorded under the old path resumes (the committed evidence_ftheta extractive runs); another refiner does not."""
-    from canopy_lit.eval.records import settings_changes, write_run_settings
-
-    def cfg(target: str) -> dict:
-        return _encoder_config("canopy_lit.encoders.text.TextEncoder") | {"refine": {"_target_": target, "m": 2}}
-
-    write_run_settings(tmp_path, cfg("canopy_lit.pipeline.extractive.ExtractiveRefiner"))
-    assert settings_changes(tmp_path, cfg("canopy_lit.refine.ExtractiveRefiner")) == []
-    assert settings_changes(tmp_path, cfg("canopy_lit.refine.FlatTopMRefiner")) != []
+    assert settings_changes(tmp_path, text | {"retrieval": {"k": 3}}) == [("retrieval.k", 5, 3)]

@@ -94,18 +94,13 @@ def test_k_study_makes_k_a_column_and_csv_has_every_run(studies: Path, tmp_path:
     assert vanilla[0][1] < vanilla[1][1]
 
 
-def test_old_duplicate_rate_is_labelled_all_rounds_and_followup_rate_comes_from_records(tmp_path: Path) -> None:
-    run = tmp_path / "old"
+def test_duplicate_rates_are_labelled_all_rounds_and_followup(tmp_path: Path) -> None:
+    run = tmp_path / "run"
     make_qa_run(run, "hotpotqa", 3, method="canopy", max_rounds=2)
     m = metrics_of(run)
-    # A run folder from before the rename: one key, computed over all rounds.
-    old = {k: v for k, v in m.items() if "duplicate_rate" not in k} | {"eval/duplicate_rate": 0.25}
-    (run / "metrics.json").write_text(json.dumps(old))
-    from canopy_lit.eval.summary import summarize
-
-    expect = summarize(load_run(run).records())["eval/followup_duplicate_rate"]
     row = qa_rows([load_run(run)])[0]
-    assert row["duplicate_rate_all_rounds"] == 0.25 and row["followup_duplicate_rate"] == pytest.approx(expect)
+    assert row["duplicate_rate_all_rounds"] == pytest.approx(m["eval/duplicate_rate_all_rounds"])
+    assert row["followup_duplicate_rate"] == pytest.approx(m["eval/followup_duplicate_rate"])
     md = render_study("runs", [load_run(run)])
     header = next(x for x in md.splitlines() if x.startswith("| method | benchmark |"))
     assert "follow-up dup %" in header and "dup % all rounds" in header and "| dup % |" not in header

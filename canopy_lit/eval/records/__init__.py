@@ -33,12 +33,9 @@ from canopy_lit.eval.records.axes import (
 from canopy_lit.eval.records.lock import RunLock, RunLocked
 from canopy_lit.eval.records.predictions import RecordLog, read_predictions
 from canopy_lit.eval.records.settings import (
-    ABSENT_AT_DEFAULT,
     ANSWER_NEUTRAL_KEYS,
-    MOVED_TARGETS,
     SETTINGS_FILE,
     RunFolderError,
-    canonical_targets,
     discard_refused_run_folder,
     run_has_results,
     run_settings,
@@ -49,9 +46,9 @@ from canopy_lit.eval.records.settings import (
 )
 
 __all__ = [
-    "ABSENT_AT_DEFAULT", "ANSWER_NEUTRAL_KEYS", "DENSE_RETRIEVAL_OPTIONS", "MOVED_TARGETS", "RUN_FILE",
+    "ANSWER_NEUTRAL_KEYS", "DENSE_RETRIEVAL_OPTIONS", "RUN_FILE",
     "RecordLog", "RunFolderError", "RunLock", "RunLocked", "SETTINGS_FILE", "UNSCORED_REFINERS", "adapter_axes",
-    "adapter_weights_hash", "canonical_targets", "cfg_get", "controller_name", "discard_refused_run_folder",
+    "adapter_weights_hash", "cfg_get", "controller_name", "discard_refused_run_folder",
     "group_choices", "plain_config", "read_predictions", "read_run_axes", "refine_label", "refiner_name",
     "retrieval_scope", "retriever_label", "retriever_name", "run_axes", "run_has_results", "run_settings",
     "scorer_name", "settings_changes", "settings_fingerprint", "write_hydra_files", "write_run_axes",

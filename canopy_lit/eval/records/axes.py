@@ -49,8 +49,8 @@ def _chosen(choices: Mapping[str, Any] | None, group: str) -> str | None:
 
 
 def refiner_name(target: Any) -> str | None:
-    """``canopy_lit.refine.FlatTopMRefiner`` -> ``flat_top_m``: the ``refine`` option of a run folder written
-    before run.json recorded the group choices (``refine_label``)."""
+    """``canopy_lit.refine.FlatTopMRefiner`` -> ``flat_top_m``: the ``refine`` option of a config composed
+    without Hydra's group choices (``refine_label``)."""
     if not target:
         return None
     cls = str(target).rsplit(".", 1)[-1].removesuffix("Refiner")
@@ -125,7 +125,7 @@ def adapter_weights_hash(adapter: Path) -> str | None:
 
 
 def refine_label(cfg: Mapping[str, Any], choices: Mapping[str, Any] | None = None) -> str | None:
-    """The ``refine`` group's option (from the class name in run folders written without choices)."""
+    """The ``refine`` group's option (from the class name in a config composed without choices)."""
     return _chosen(choices, "refine") or refiner_name(cfg_get(cfg, "refine._target_"))
 
 
@@ -135,13 +135,10 @@ UNSCORED_REFINERS = frozenset({"keep_whole", "longllmlingua"})
 
 def scorer_name(cfg: Mapping[str, Any], choices: Mapping[str, Any] | None = None) -> str | None:
     """The node scorer behind a run's evidence: None for whole items in QA runs (nothing scored), f0 for the
-    ``scorer=f0`` view (RECOMP's; ``refine.scorer`` in run folders written before the ``scorer`` group), else
+    ``scorer=f0`` view (RECOMP's), else
     fθ when an adapter is loaded (``fθ×s`` when it is scaled toward f0 by ``encoder.adapter_scale``) and f0 otherwise."""
     if cfg_get(cfg, "encoder") is None:
         return None
-    own = cfg_get(cfg, "refine.scorer")
-    if own:
-        return {"ftheta": "fθ"}.get(str(own), str(own))
     if cfg_get(cfg, "mode", "qa") in ("qa", "evidence") and refine_label(cfg, choices) in UNSCORED_REFINERS:
         return None
     if cfg_get(cfg, "scorer.frozen") or _unset(cfg_get(cfg, "encoder.adapter")):
@@ -151,19 +148,18 @@ def scorer_name(cfg: Mapping[str, Any], choices: Mapping[str, Any] | None = None
 
 
 def retrieval_scope(cfg: Mapping[str, Any]) -> str | None:
-    """corpus | candidates | benchmark: the ``retriever`` group's option (``retrieval.scope`` in run
-    folders written before that group existed)."""
-    return cfg_get(cfg, "retriever.name") or cfg_get(cfg, "retrieval.scope")
+    """corpus | candidates | benchmark: the ``retriever`` group's option, as its node names it."""
+    return cfg_get(cfg, "retriever.name")
 
 
 def controller_name(cfg: Mapping[str, Any]) -> str | None:
-    """critic | ircot | none from the ``controller`` group's function (``method.controller`` in older
-    configs): the option of a run folder written before run.json recorded the group choices."""
+    """critic | ircot | none from the ``controller`` group's function: the option of a config composed
+    without Hydra's group choices."""
     target = cfg_get(cfg, "controller._target_")
-    if target:
-        name = str(target).rsplit(".", 1)[-1].removesuffix("_controller")
-        return {"no": "none"}.get(name, name)
-    return cfg_get(cfg, "method.controller")
+    if not target:
+        return None
+    name = str(target).rsplit(".", 1)[-1].removesuffix("_controller")
+    return {"no": "none"}.get(name, name)
 
 
 def retriever_name(cfg: Mapping[str, Any]) -> str | None:
@@ -171,11 +167,9 @@ def retriever_name(cfg: Mapping[str, Any]) -> str | None:
     if cfg_get(cfg, "retrieval") is None:
         return None
     if (retrieval_scope(cfg) or "corpus") in ("candidates", "benchmark"):
-        ranking = cfg_get(cfg, "retrieval.candidate_ranking") or "dense"  # a name in run folders before its block
-        if isinstance(ranking, Mapping):  # a CandidateRanking block: its class
-            target = str(ranking.get("_target_") or "").rsplit(".", 1)[-1]
-            return {"BM25Ranking": "bm25", "HybridRanking": "hybrid"}.get(target, "dense")
-        return str(ranking)
+        # a CandidateRanking block: its class
+        target = str(cfg_get(cfg, "retrieval.candidate_ranking._target_") or "").rsplit(".", 1)[-1]
+        return {"BM25Ranking": "bm25", "HybridRanking": "hybrid"}.get(target, "dense")
     target = str(cfg_get(cfg, "retrieval._target_") or "")
     return {"build_bm25_retriever": "bm25", "build_hybrid_retriever": "hybrid"}.get(target.rsplit(".", 1)[-1], "dense")
 
@@ -186,7 +180,7 @@ DENSE_RETRIEVAL_OPTIONS = frozenset({"default", "flat", "ivfpq"})
 
 def retriever_label(cfg: Mapping[str, Any], choices: Mapping[str, Any] | None = None) -> str | None:
     """dense | bm25 | hybrid | another ``retrieval`` option's name: how a round's items are ranked
-    (``retriever_name`` for run folders written without choices)."""
+    (``retriever_name`` for a config composed without choices)."""
     option = _chosen(choices, "retrieval")
     if option is None or cfg_get(cfg, "retrieval") is None:
         return retriever_name(cfg)
@@ -197,10 +191,9 @@ def run_axes(cfg: Mapping[str, Any], choices: Mapping[str, Any] | None = None) -
     """The ablation axes of a run, from its resolved config (plain dicts) and Hydra's group choices.
 
     The one place that knows where each axis lives in the config: the evaluation records the
-    result in ``run.json``; reports recompute it only for run folders written before that file.
-    Labels of group options (refiner, controller, retrieval scope and ranking, variant) are the options
-    Hydra chose (``choices``, recorded under that key); without them (a config written by hand, a run
-    folder from before) they are read back from the config.
+    result in ``run.json``, which reports read. Labels of group options (refiner, controller, retrieval
+    scope and ranking, variant) are the options Hydra chose (``choices``, recorded under that key); without
+    them (a config composed by hand) they are read back from the config.
     """
     choices = group_choices(choices)
     refine = refine_label(cfg, choices)
@@ -298,7 +291,7 @@ def plain_config(cfg: Any) -> dict[str, Any]:
 
 
 def read_run_axes(run_dir: str | Path) -> dict[str, Any] | None:
-    """``<run_dir>/run.json`` (None when absent: a run folder written before it existed)."""
+    """``<run_dir>/run.json`` (None when absent: not an evaluation run folder, or one still starting)."""
     path = Path(run_dir) / RUN_FILE
     if not path.is_file():
         return None

@@ -12,7 +12,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
@@ -38,11 +37,6 @@ ANSWER_NEUTRAL_KEYS = frozenset({
     "llm.n_threads", "llm.base_url", "llm.api_key_env", "llm.timeout", "llm.max_retries", "llm.max_concurrency",
 })  # fmt: skip
 
-# Keys added after run folders were recorded, at a default that gives the records of before: left out of the
-# settings at that default, so that those folders still resume (and keep their fingerprint).
-ABSENT_AT_DEFAULT = {"retrieval.corpus": None, "retrieval.corpus_options": {}}
-
-
 def _flat(tree: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
     for key, value in tree.items():
         if isinstance(value, Mapping) and value:
@@ -55,34 +49,6 @@ def _answer_keys(tree: Mapping[str, Any]) -> dict[str, Any]:
     """The flat ``a.b.c`` keys of ``tree`` but the answer-neutral ones."""
     neutral = tuple(f"{k}." for k in ANSWER_NEUTRAL_KEYS)
     return {k: v for k, v in _flat(tree) if k not in ANSWER_NEUTRAL_KEYS and not k.startswith(neutral)}
-
-
-# ``_target_`` paths that moved without changing what they build. The encoder config named the factory
-# ``load_encoder`` until it named the class (``TextEncoder`` / ``Qwen3VLEncoder``) directly; the factory
-# picks the class from the backbone, so a recorded factory path compares as the class it built.
-def _encoder_class_path(backbone: Any) -> str:
-    from canopy_lit.encoders.qwen3vl import is_qwen3vl
-
-    if is_qwen3vl(str(backbone)):
-        return "canopy_lit.encoders.qwen3vl.Qwen3VLEncoder"
-    return "canopy_lit.encoders.text.TextEncoder"
-
-
-# Classes that moved module without changing what they build: old path -> today's.
-MOVED_TARGETS = {
-    "canopy_lit.pipeline.extractive.ExtractiveRefiner": "canopy_lit.refine.ExtractiveRefiner",
-    "canopy_lit.eval.evidence.FlatMatchedRefiner": "canopy_lit.refine.FlatMatchedRefiner",
-}
-
-
-def canonical_targets(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """``settings`` (flat, dotted) with every moved ``_target_`` written as what it builds today, so that a
-    rename in code never makes an old run folder look like other settings."""
-    out = {k: MOVED_TARGETS.get(v, v) if k.endswith("._target_") and isinstance(v, str) else v
-           for k, v in settings.items()}  # fmt: skip
-    if out.get("encoder._target_") == "canopy_lit.encoders.load_encoder":
-        out["encoder._target_"] = _encoder_class_path(out.get("encoder.backbone", "minilm"))
-    return out
 
 
 def run_settings(cfg: Any) -> dict[str, Any]:
@@ -99,8 +65,6 @@ def run_settings(cfg: Any) -> dict[str, Any]:
     )  # fmt: skip
     settings: dict[str, Any] = {}
     for key, value in _answer_keys(tree).items():
-        if key in ABSENT_AT_DEFAULT and value == ABSENT_AT_DEFAULT[key]:
-            continue
         if isinstance(value, str):
             root = next(((r, name) for r, name in roots if value == r or value.startswith(f"{r}/")), None)
             value = value if root is None else root[1] + value[len(root[0]) :]
@@ -154,33 +118,17 @@ def discard_refused_run_folder(run_dir: str | Path, log_names: tuple[str, ...] =
 
 def settings_changes(run_dir: str | Path, cfg: Any) -> list[tuple[str, Any, Any]]:
     """``(key, recorded, now)`` for every setting of ``cfg`` that differs from the ones ``run_dir``'s
-    results were made with ([] when they match, or when nothing recorded them).
-
-    ``settings.json`` holds them; a run folder written before that file existed is compared on Hydra's
-    ``.hydra/config.yaml`` instead: unresolved values of the keys both configs have.
-    """
-    run_dir = Path(run_dir)
-    absent = "<absent>"
-    stored = run_dir / SETTINGS_FILE
-    if stored.is_file():
-        try:
-            recorded = json.loads(stored.read_text(encoding="utf-8"))["settings"]
-        except (ValueError, KeyError, TypeError) as err:
-            raise RunFolderError(f"{stored}: not a settings file ({err}); restore it, or use another hydra.run.dir") from None
-        recorded, now = canonical_targets(recorded), canonical_targets(run_settings(cfg))
-        keys = sorted(recorded.keys() | now.keys())
-        return [(k, recorded.get(k, absent), now.get(k, absent)) for k in keys if recorded.get(k, absent) != now.get(k, absent)]
-    legacy = run_dir / ".hydra" / "config.yaml"
-    if not legacy.is_file():
+    results were made with, as its ``settings.json`` records them ([] when they match, or when nothing recorded them)."""
+    stored = Path(run_dir) / SETTINGS_FILE
+    if not stored.is_file():
         return []
-
     try:
-        old = _answer_keys(yaml.safe_load(legacy.read_text(encoding="utf-8")) or {})
-    except (yaml.YAMLError, AttributeError) as err:
-        raise RunFolderError(f"{legacy}: not a Hydra config ({err}); restore it, or use another hydra.run.dir") from None
-    new = _answer_keys(OmegaConf.to_container(cfg, resolve=False) if OmegaConf.is_config(cfg) else cfg)
-    old, new = canonical_targets(old), canonical_targets(new)
-    return [(k, old[k], new[k]) for k in sorted(old.keys() & new.keys()) if old[k] != new[k]]
+        recorded = json.loads(stored.read_text(encoding="utf-8"))["settings"]
+    except (ValueError, KeyError, TypeError) as err:
+        raise RunFolderError(f"{stored}: not a settings file ({err}); restore it, or use another hydra.run.dir") from None
+    now, absent = run_settings(cfg), "<absent>"
+    keys = sorted(recorded.keys() | now.keys())
+    return [(k, recorded.get(k, absent), now.get(k, absent)) for k in keys if recorded.get(k, absent) != now.get(k, absent)]
 
 
 def write_run_settings(run_dir: str | Path, cfg: Any) -> Path:
