@@ -7,7 +7,7 @@
     >>> ev.regions               # the kept regions: item, leaf range, score, text
 
 The items go through the same code as one round of the evidence loop (``pipeline.round.compress_round`` and the
-reader cap of ``pipeline.budget``), so the evaluate path gives the same evidence for the same items: region trees
+reader cap of ``reader.budget``), so the evaluate path gives the same evidence for the same items: region trees
 (branching B), node scores from the node encoder (fθ with ``adapter``, f0 without), parent-relative
 refinement (δ = ``descend_margin``), optionally item pruning (``item_margin``: an item whose best kept region
 scores more than this below the best item's is dropped whole; off by default, as in the paper) and, with a
@@ -43,11 +43,10 @@ from pathlib import Path
 from typing import Any
 
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.pipeline.budget import EvidenceBudget, ReaderBlock
-from canopy_lit.pipeline.loop import AggregationCheck
 from canopy_lit.pipeline.round import compress_round
-from canopy_lit.pipeline.scoring import node_scorer
-from canopy_lit.refine import ParentRelativeRefiner
+from canopy_lit.reader.budget import EvidenceBudget, ReaderBlock
+from canopy_lit.refine import AggregationCheck, ParentRelativeRefiner
+from canopy_lit.scoring.scorers import node_scorer
 from canopy_lit.types import Item, Modality, Question, Table, VideoRef
 
 ItemLike = Item | str | Mapping[str, Any]
@@ -318,7 +317,7 @@ class Compressor:
         count_tokens: the reader's token counter for ``budget``; default: the node encoder's tokenizer.
         cache_dir: a folder for node embeddings (None = in memory, for this object's lifetime).
         aggregation: a table-aggregation check (``is_aggregation(question) -> bool``, e.g.
-            ``canopy_lit.llm.AggregationClassifier(llm)`` behind ``pipeline.controllers.AggregationAdapter``), asked
+            ``canopy_lit.refine.AggregationClassifier(llm)``), asked
             once per call with a table among the items; None = no check (tables are refined like any item).
     """
 

@@ -209,7 +209,8 @@ _SHOWN_CHANGES = 6  # differing settings named in the refusal line; settings.jso
 
 
 def _shown(value: Any) -> str:
-    text = value if value == "<absent>" else json.dumps(value, ensure_ascii=False)
+    marker = isinstance(value, str) and value.startswith("<") and value.endswith(">")  # "<absent>", not a value
+    text = value if marker else json.dumps(value, ensure_ascii=False)
     return redact(text if len(text) <= 48 else text[:45] + "...")
 
 

@@ -24,8 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from canopy_lit.control import LLMCritic
 from canopy_lit.data import load_benchmark
-from canopy_lit.llm import LLMCritic, ParseStats, load_llm
+from canopy_lit.llm import ParseStats, load_llm
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -22,18 +22,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _loop(llm: Any, bench: Any, candidates: dict[str, list[str]]) -> Any:
+    from canopy_lit.control import LLMCritic
     from canopy_lit.hierarchy import Hierarchy
-    from canopy_lit.llm import LLMCritic, LLMReader
-    from canopy_lit.pipeline.controllers import CriticController, ReaderAdapter
     from canopy_lit.pipeline.loop import EvidenceLoop, LoopSettings
-    from canopy_lit.pipeline.retrievers import BM25Ranking, CandidateRetriever
+    from canopy_lit.reader import LLMReader
     from canopy_lit.refine import KeepWholeRefiner
+    from canopy_lit.retrieval.candidates import BM25Ranking, CandidateRetriever
 
     h = Hierarchy(2)
     retriever = CandidateRetriever(bench.items, candidates, None, h, ranking=BM25Ranking())
     return EvidenceLoop(
-        retriever, h, KeepWholeRefiner(), ReaderAdapter(LLMReader(llm)), llm.count_tokens,
-        controller=CriticController(LLMCritic(llm, mode="logprob", threshold=0.5)),
+        retriever, h, KeepWholeRefiner(), LLMReader(llm), llm.count_tokens,
+        controller=LLMCritic(llm, mode="logprob", threshold=0.5),
         settings=LoopSettings(k=5, max_rounds=3, aggregation_check=False),
     )  # fmt: skip
 

@@ -49,8 +49,8 @@ def _reader_call(llm, question: str, trees) -> None:
 def run(quick: bool = False, reader: bool = False) -> dict:
     """Time the three paths per question; returns the perf/run.py entry (``ratio`` = cross / per-node cold)."""
     from canopy_lit.encoders import load_encoder
-    from canopy_lit.pipeline.scoring import CrossNodeScorer, NodeScorer
-    from canopy_lit.retrieval.node_cache import NodeEmbeddingCache
+    from canopy_lit.scoring.node_cache import NodeEmbeddingCache
+    from canopy_lit.scoring.scorers import CrossNodeScorer, NodeScorer
 
     h, questions = _questions(8 if quick else 24)
     node = load_encoder("minilm", max_batch_tokens=2048)

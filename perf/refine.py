@@ -44,9 +44,10 @@ def loglog_slope(x: list[float], y: list[float]) -> float:
 def refine_vs_reader(quick: bool = False, llm_model: str = "qwen2.5-1.5b") -> dict[str, Any]:
     from canopy_lit.data import load_benchmark
     from canopy_lit.encoders import load_encoder
-    from canopy_lit.llm import LLMReader, load_llm
-    from canopy_lit.pipeline.scoring import NodeScorer
-    from canopy_lit.retrieval import NodeEmbeddingCache
+    from canopy_lit.llm import load_llm
+    from canopy_lit.reader import LLMReader
+    from canopy_lit.scoring import NodeEmbeddingCache
+    from canopy_lit.scoring.scorers import NodeScorer
 
     bench = load_benchmark("hotpotqa", str(ROOT / "data/hotpotqa/hotpot_dev_distractor_100.json"))
     q = bench.questions[0]
@@ -69,9 +70,9 @@ def refine_vs_reader(quick: bool = False, llm_model: str = "qwen2.5-1.5b") -> di
     evidence = [h.evidence_text(t, k) for t, k in zip(trees, kept, strict=True)]
     llm = load_llm("llamacpp", model=llm_model)
     reader = LLMReader(llm)
-    reader.answer(q.text, evidence[:1])  # load + warm the model once, outside the timing
+    reader.read(q.text, evidence[:1])  # load + warm the model once, outside the timing
     t0 = time.perf_counter()
-    reader.answer(q.text, evidence)
+    reader.read(q.text, evidence)
     t_ref = time.perf_counter() - t0
     tokens = sum(llm.count_tokens(e) for e in evidence)
     llm.close()
@@ -91,7 +92,7 @@ def lazy_vs_eager(quick: bool = False) -> dict[str, Any]:
 
     from canopy_lit.data import load_benchmark
     from canopy_lit.encoders import load_encoder
-    from canopy_lit.pipeline.scoring import NodeScorer
+    from canopy_lit.scoring.scorers import NodeScorer
 
     bench = load_benchmark("hotpotqa", str(ROOT / "data/hotpotqa/hotpot_dev_distractor_100.json"))
     h = Hierarchy(2)

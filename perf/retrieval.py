@@ -117,7 +117,7 @@ def _question_trees(n_questions: int = 1):
 def cache_speedup(quick: bool = False) -> dict[str, Any]:
     """Nodes scored/s for one question: warm cache lookup + dot vs fθ encoding + dot."""
     from canopy_lit.encoders import load_encoder
-    from canopy_lit.retrieval.node_cache import NodeEmbeddingCache
+    from canopy_lit.scoring.node_cache import NodeEmbeddingCache
 
     qs, trees, h = _question_trees(1)
     encoder = load_encoder("minilm")
@@ -146,7 +146,7 @@ def encode_vs_raw(quick: bool = False, batch_size: int = 32) -> dict[str, Any]:
     import torch.nn.functional as F
 
     from canopy_lit.encoders import load_encoder
-    from canopy_lit.retrieval.node_cache import NodeEmbeddingCache
+    from canopy_lit.scoring.node_cache import NodeEmbeddingCache
 
     _, trees, h = _question_trees(1 if quick else 3)
     texts = [h.node_text(t, i) for t in trees for i in range(len(t))]

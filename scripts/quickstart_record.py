@@ -35,7 +35,7 @@ SKIP_MEANING = {
     "gold_rows_not_located": "the answer and its operands were not found in the table, so the table has no gold "
     "rows (the question stays, scored on the rest of its gold)",
 }
-TRUNCATED = "is longer than the encoder reads"  # canopy_lit/retrieval/node_cache.py, once per run
+TRUNCATED = "is longer than the encoder reads"  # canopy_lit/scoring/node_cache.py, once per run
 SKIP_LINE = re.compile(r"(?P<bench>\w+) \((?P<where>[^)]*)\): skipped (?P<n>\d+) x (?P<reason>\w+)")
 
 

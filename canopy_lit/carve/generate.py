@@ -73,7 +73,7 @@ class CarveReader:
     """
 
     def __init__(self, llm: Any, max_tokens: int = 32, max_side: int = 448) -> None:
-        from canopy_lit.llm.roles import LLMReader
+        from canopy_lit.reader.llm_reader import LLMReader
 
         self.llm = llm
         self.max_tokens = max_tokens
@@ -88,7 +88,7 @@ class CarveReader:
         texts = [b.text for b in blocks]
         tokens = sum(self.llm.count_tokens(t) for t in texts)
         if not self.vision or not any(b.frames for b in blocks):
-            ans = self.text_reader.answer(question, texts, choices)
+            ans = self.text_reader.read(question, texts, choices)
             return CarveAnswer(ans.letter or ans.text if choices else ans.text, ans.raw, tokens, 0)
         return self._answer_with_frames(question, blocks, choices, tokens)
 

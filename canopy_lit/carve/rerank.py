@@ -30,6 +30,10 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from canopy_lit.carve.representations import CONFIGS, ClipCorpus, is_frame_level, modality_of
 from canopy_lit.carve.retrieve import Candidate, Hit
 from canopy_lit.hierarchy.base import Frame
+from canopy_lit.llm import prompts
+from canopy_lit.llm.base import LLM, Message
+from canopy_lit.llm.context import fit_evidence, yes_probability
+from canopy_lit.llm.parsing import PARSE_STATS, ParseStats
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,30 @@ class CrossEncoder(Protocol):
     def score(self, query: str, candidate: CandidateRepr) -> float: ...
 
 
+class LLMRelevanceScorer:
+    """Cross-encoder-style relevance: P(yes) that a passage helps answer the question.
+
+    Replaces a cross-encoder reranker where none is available (CARVE on CPU): one 1-token call per
+    passage; the question-first prompt lets llama.cpp reuse its prefix across passages.
+    """
+
+    def __init__(self, llm: LLM, *, top_logprobs: int = 10, stats: ParseStats | None = None) -> None:
+        self.llm, self.top_logprobs = llm, top_logprobs
+        self.stats = stats or PARSE_STATS
+
+    def score(self, question: str, passages: Sequence[str]) -> list[float]:
+        """Scores in [0, 1], one per passage (same order)."""
+        return [
+            yes_probability(self.llm, self._fit(question, p), "relevance", self.top_logprobs, self.stats)
+            for p in passages
+        ]
+
+    def _fit(self, question: str, passage: str) -> list[Message]:
+        return fit_evidence(
+            self.llm, lambda ev: prompts.relevance(question, ev[0] if ev else ""), [passage], 1, "relevance"
+        )
+
+
 class LLMYesNoCrossEncoder:
     """CPU cross-encoder: the LLM layer's yes/no log-probability scorer over the candidate's text form.
 
@@ -72,8 +100,6 @@ class LLMYesNoCrossEncoder:
     """
 
     def __init__(self, llm: Any, top_logprobs: int = 10) -> None:
-        from canopy_lit.llm.roles import LLMRelevanceScorer
-
         self.llm = llm
         self.scorer = LLMRelevanceScorer(llm, top_logprobs=top_logprobs)
         self.kind = f"llm-yes-no ({getattr(llm, 'model_name', getattr(llm, 'name', 'llm'))})"

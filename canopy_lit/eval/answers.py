@@ -20,7 +20,7 @@ from canopy_lit.hierarchy import ELISION, Hierarchy
 from canopy_lit.metrics import normalize_answer
 from canopy_lit.numbers import as_number
 from canopy_lit.operands import formula_operands
-from canopy_lit.pipeline.budget import ReaderBlock
+from canopy_lit.reader.budget import ReaderBlock
 from canopy_lit.types import Question
 
 __all__ = [

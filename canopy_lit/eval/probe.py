@@ -35,8 +35,8 @@ import numpy as np
 
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.metrics import ratio_bootstrap_ci
-from canopy_lit.pipeline.scoring import NodeScorer
 from canopy_lit.refine import parent_relative, parent_relative_lazily
+from canopy_lit.scoring.scorers import NodeScorer
 from canopy_lit.supervision import decision_correct, gold_counts, preference_pairs, visited_nodes
 from canopy_lit.types import Item, Leaf, Modality, Question, Tree
 

@@ -1,10 +1,13 @@
 """LLM layer: one small protocol, three backends (llama.cpp in process, OpenAI-compatible HTTP,
-vLLM), the pipeline's prompts, robust parsing and per-role call accounting.
+vLLM), the pipeline's prompts, robust parsing, fitting prompts into a context and per-role call accounting.
+The roles that use them live with their stage: the critic and IRCoT in ``canopy_lit.control``, the reader in
+``canopy_lit.reader``, the aggregation check in ``canopy_lit.refine``, the modality router in
+``canopy_lit.retrieval``, the relevance scorer in ``canopy_lit.carve``.
 
 Example::
 
     llm = load_llm("llamacpp", model="qwen2.5-1.5b")
-    verdict = LLMCritic(llm, mode="logprob").judge(question, evidence)
+    verdict = LLMCritic(llm, mode="logprob").judge(question, evidence)   # canopy_lit.control
     llm.log.summary()["by_role"]
 """
 
@@ -27,16 +30,6 @@ from canopy_lit.llm.base import (
     user,
 )
 from canopy_lit.llm.parsing import PARSE_STATS, CriticVerdict, ParseStats, extract_json
-from canopy_lit.llm.roles import (
-    AggregationClassifier,
-    IRCoTStep,
-    IRCoTStepper,
-    LLMCritic,
-    LLMReader,
-    LLMRelevanceScorer,
-    ModalityRouter,
-    ReaderAnswer,
-)
 
 BACKENDS = ("llamacpp", "openai", "vllm")
 
@@ -62,8 +55,7 @@ def load_llm(backend: str = "llamacpp", model: str = "qwen2.5-1.5b", **kwargs: A
 
 
 __all__ = [
-    "BACKENDS", "LLM", "PARSE_STATS", "AggregationClassifier", "BaseLLM", "CallLog", "CallRecord",
-    "CriticVerdict", "GenerationOptions", "IRCoTStep", "IRCoTStepper", "LLMCritic", "LLMError", "LLMReader",
-    "LLMRelevanceScorer", "LLMResponse", "Message", "ModalityRouter", "ParseStats", "ReaderAnswer",
-    "assistant", "extract_json", "load_llm", "render_text_only", "system", "user",
+    "BACKENDS", "LLM", "PARSE_STATS", "BaseLLM", "CallLog", "CallRecord", "CriticVerdict", "GenerationOptions",
+    "LLMError", "LLMResponse", "Message", "ParseStats", "assistant", "extract_json", "load_llm",
+    "render_text_only", "system", "user",
 ]  # fmt: skip

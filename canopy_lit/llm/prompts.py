@@ -226,7 +226,7 @@ IRCOT_ANSWER_MARK = "So the answer is:"
 
 @dataclass(frozen=True)
 class IRCoTDemo:
-    """A worked IRCoT example (built from a *training* question: ``canopy_lit.pipeline.ircot``).
+    """A worked IRCoT example (built from a *training* question: ``canopy_lit.control.ircot``).
 
     ``paragraphs``: its gold items as the reader would see them; ``steps``: one reasoning sentence
     per gold fact, in order; ``answer``: the short answer that closes the chain.
@@ -254,7 +254,7 @@ def ircot_step(
     sentence and end with the answer mark) come first, so they are a stable, cached prefix.
     Must return the next reasoning sentence, which adds one fact from the paragraphs and becomes
     the next retrieval query; once the reasoning so far gives the answer, ``So the answer is:
-    <short answer>``. Only the first sentence counts (``roles.IRCoTStepper``).
+    <short answer>``. Only the first sentence counts (``control.ircot.IRCoTController``).
     """
     so_far = " ".join(t.strip() for t in thoughts) if thoughts else ""
     examples = "".join(

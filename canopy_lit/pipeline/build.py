@@ -40,32 +40,31 @@ from omegaconf import DictConfig, OmegaConf
 from canopy_lit.carve.representations import ClipCorpus, video_clips
 from canopy_lit.carve.rerank import ClipRanking, Normalisation
 from canopy_lit.carve.stages import CarvePipeline
+from canopy_lit.control import CRITIC_MAX_TOKENS, Controller
 from canopy_lit.data import load_split
 from canopy_lit.data.shards import shard_questions
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.io import atomic_write_text
-from canopy_lit.llm import AggregationClassifier, LLMReader
+from canopy_lit.llm.context import evidence_room
 from canopy_lit.llm.judge import AnswerJudge, judge_fingerprint
-from canopy_lit.llm.roles import CRITIC_MAX_TOKENS, evidence_room
 from canopy_lit.llm.tokenizers import token_counter
 from canopy_lit.pipeline.batched import BatchedQuestionRunner, BatchingLLM
-from canopy_lit.pipeline.controllers import AggregationAdapter, ReaderAdapter
-from canopy_lit.pipeline.loop import Controller, EvidenceLoop, LoopSettings, QuestionRunner
-from canopy_lit.pipeline.retrievers import CandidateRanking, DenseRanking
-from canopy_lit.pipeline.scoring import NodeScorer, QuerySideEncoder
-from canopy_lit.refine import Refiner
+from canopy_lit.pipeline.loop import EvidenceLoop, LoopSettings, QuestionRunner
+from canopy_lit.reader import LLMReader, NoReader
+from canopy_lit.refine import AggregationClassifier, Refiner
 from canopy_lit.retrieval.base import Retriever
+from canopy_lit.retrieval.candidates import CandidateRanking, DenseRanking
 from canopy_lit.retrieval.evaluate import KS
-from canopy_lit.retrieval.node_cache import NodeEmbeddingCache
 from canopy_lit.retrieval.retriever import build_retriever as build_corpus_index
 from canopy_lit.retrieval.retriever import builder_options
 from canopy_lit.retrieval.router import LLMModalityRouter
 from canopy_lit.schema import PIPELINE_RETRIEVAL_KEYS, ConfigError
-from canopy_lit.types import Item, Question
+from canopy_lit.scoring.node_cache import NodeEmbeddingCache
+from canopy_lit.scoring.scorers import NodeScorer, QuerySideEncoder
+from canopy_lit.types import Item
 
 __all__ = [
     "CarveParts",
-    "NoReader",
     "ProbeStages",
     "QuestionRunner",
     "build_candidate_ranking",
@@ -264,21 +263,14 @@ def build_loop(cfg: DictConfig, bench: Any) -> QuestionRunner:
         retriever,
         hierarchy,
         refiner,
-        ReaderAdapter(LLMReader(llm, max_tokens=reader_tokens)),
+        LLMReader(llm, max_tokens=reader_tokens),
         llm.count_tokens,
         scorer=scorer,
         controller=build_controller(cfg, llm, hierarchy),
-        aggregation=AggregationAdapter(AggregationClassifier(llm)) if settings.aggregation_check else None,
+        aggregation=AggregationClassifier(llm) if settings.aggregation_check else None,
         settings=settings,
     )
     return BatchedQuestionRunner(loop, llm) if batched else QuestionRunner(loop, llm)
-
-
-class NoReader:
-    """The reader's seat in the evidence mode: no LLM, an empty answer (the evidence is what is measured)."""
-
-    def answer(self, question: Question, evidence: list[str]) -> str:
-        return ""
 
 
 def build_evidence_loop(cfg: DictConfig, bench: Any) -> EvidenceLoop:

@@ -18,44 +18,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
+from canopy_lit.control import Controller
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.pipeline.budget import CappedEvidence, EvidenceBudget, TokenCounter
+from canopy_lit.hierarchy.base import TokenCounter
 from canopy_lit.pipeline.round import compress_round
-from canopy_lit.pipeline.scoring import NodeScorer
 from canopy_lit.pipeline.trace import KeptItem, QuestionRecord, RoundTrace, StageTimer
-from canopy_lit.refine import Refiner
+from canopy_lit.reader import CappedEvidence, EvidenceBudget, Reader
+from canopy_lit.refine import AggregationCheck, Refiner
 from canopy_lit.retrieval.base import Retriever
+from canopy_lit.scoring.scorers import NodeScorer
 from canopy_lit.types import Evidence, Item, Modality, Question
-
-
-@dataclass
-class Decision:
-    """A controller's verdict after a round: stop, or go on with ``followup`` as the next query."""
-
-    stop: bool
-    followup: str | None = None
-    raw: dict[str, Any] = field(default_factory=dict)
-
-
-class Controller(Protocol):
-    """Decides after each round whether the evidence suffices (critic) or what to fetch next (IRCoT).
-
-    ``evidence`` holds one rendered block per held item, oldest first (stable prompt prefix)."""
-
-    def step(
-        self, question: Question, evidence: list[str], round: int, history: list[dict[str, Any]]
-    ) -> Decision: ...
-
-
-class Reader(Protocol):
-    def answer(self, question: Question, evidence: list[str]) -> str: ...
-
-
-class AggregationCheck(Protocol):
-    def is_aggregation(self, question: Question) -> bool: ...
 
 
 @dataclass

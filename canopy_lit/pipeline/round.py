@@ -2,7 +2,7 @@
 
 ``compress_round`` is the one implementation of "trees in, kept regions out": the evidence loop calls it
 once per round and ``canopy_lit.compress`` once per call, so both give the same evidence for the same trees,
-query, scorer and refiner. It makes no LLM call and cuts nothing to a budget (``pipeline.budget`` does).
+query, scorer and refiner. It makes no LLM call and cuts nothing to a budget (``reader.budget`` does).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.pipeline.scoring import NodeScorer
 from canopy_lit.pipeline.trace import StageTimer
 from canopy_lit.refine import LazyRefiner, Refiner
+from canopy_lit.scoring.scorers import NodeScorer
 from canopy_lit.types import Evidence, Tree
 
 

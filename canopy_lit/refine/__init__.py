@@ -21,9 +21,10 @@ The three flat ones rank leaves with one helper, ``best_leaves``. Which encoder 
 (fθ, or f0 for RECOMP) is the ``scorer`` group's choice, not the refiner's.
 
 The refiners live in ``rule.py`` (Algorithm 1, keep-whole, the protocol), ``flat.py`` (leaf selection) and
-``lingua.py``; the ``refine`` group's ``_target_`` names them here (``canopy_lit.refine.ParentRelativeRefiner``).
+``lingua.py``; ``aggregation.py`` holds the check that keeps an aggregation question's tables whole; the ``refine`` group's ``_target_`` names them here (``canopy_lit.refine.ParentRelativeRefiner``).
 """
 
+from canopy_lit.refine.aggregation import AggregationCheck, AggregationClassifier
 from canopy_lit.refine.flat import (
     ExtractiveRefiner,
     FlatMatchedRefiner,
@@ -49,7 +50,7 @@ from canopy_lit.refine.rule import (
 )
 
 __all__ = [
-    "TIE_TOLERANCE", "ExtractiveRefiner", "FlatMatchedRefiner", "FlatTopMRefiner", "KeepWholeRefiner", "LazyRefiner",
+    "TIE_TOLERANCE", "AggregationCheck", "AggregationClassifier", "ExtractiveRefiner", "FlatMatchedRefiner", "FlatTopMRefiner", "KeepWholeRefiner", "LazyRefiner",
     "LongLLMLinguaRefiner", "NodeScoreFn", "ParentRelativeRefiner", "Refiner", "best_leaves", "by_tree", "descends",
     "drop_items", "keep_whole", "leaf_ids", "leaf_scores", "parent_relative", "parent_relative_lazily",
 ]  # fmt: skip

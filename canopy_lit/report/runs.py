@@ -55,7 +55,7 @@ class Run:
         config: ``.hydra/config.yaml`` as plain dicts ({} when absent).
         overrides: the job's command-line + sweep overrides (``run.json``, else ``.hydra/overrides.yaml``).
         study: study name (``--study``, else the ``study`` axis, else the multirun folder's name, else ``"runs"``).
-        axes: ``run.json``; for a training run (whose run.json has no ``mode``) computed from ``config``.
+        axes: ``run.json``; without its ``mode`` (a training run) computed from ``config``.
     """
 
     path: Path
@@ -237,7 +237,7 @@ def load_run(path: str | Path, study: str | None = None) -> Run:
         ofile = path / ".hydra" / "overrides.yaml"
         overrides = _read_yaml(ofile) if ofile.is_file() else []
     axes = recorded
-    if "mode" not in recorded:  # a training run: the axes from the saved config
+    if "mode" not in recorded:  # a training run, or a folder written by hand: the axes from the saved config
         choices = recorded.get("choices") or _hydra_runtime(path).get("choices") or {}
         axes = {**run_axes(config, choices), **recorded}
     name = study or axes.get("study") or None

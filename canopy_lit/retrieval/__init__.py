@@ -1,5 +1,5 @@
 """Retrieval: corpus store (the bundled union or your own corpus file), FAISS index, BM25, hybrid RRF, corpus
-encoding, node-embedding cache, routing.
+encoding, routing (the node-embedding cache is the scoring stage's, canopy_lit.scoring).
 
 Usable without Hydra::
 
@@ -36,7 +36,6 @@ _EXPORTS = {
     "KINDS": "faiss_codes",
     "FaissIndex": "index",
     "SearchResult": "index",
-    "NodeEmbeddingCache": "node_cache",
     "FaissRetriever": "retriever",
     "Retrieval": "retriever",
     "Retriever": "retriever",

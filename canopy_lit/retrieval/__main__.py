@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     from canopy_lit.encoders import load_encoder
     from canopy_lit.hierarchy import Hierarchy
-    from canopy_lit.retrieval.node_cache import NodeEmbeddingCache
+    from canopy_lit.scoring.node_cache import NodeEmbeddingCache
 
     t0 = time.perf_counter()
     encoder = load_encoder(args.backbone, adapter=args.adapter)

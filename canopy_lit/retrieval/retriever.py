@@ -136,7 +136,7 @@ def build_retriever(
         trainer_kwargs: see ``batch_size``.
         benchmark_options: per-benchmark ``load_benchmark`` options (``path``: a file other than the bundled one).
         loaded: benchmarks already read, by name, whose items stand in for that name's entry (the run's
-            ``data=X data.path=P``: ``pipeline.retrievers.corpus_retriever``).
+            ``data=X data.path=P``: ``retrieval.scopes.corpus_retriever``).
         corpus: your own corpus file or dataset folder in place of the union of ``benchmarks``
             (``retrieval.corpus``; None = the union), with ``media_root`` / ``allow_outside_media_root``
             (``retrieval.user_corpus.open_corpus``; keyed on the file's content the same way).

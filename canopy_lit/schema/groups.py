@@ -63,7 +63,7 @@ EVAL_GROUPS: dict[str, Group | None] = {
     "reader": Group(ReaderSchema),
     "tree": Group(TreeSchema),
     "refine": Group(RefineSchema),
-    "scorer": Group(),  # the encoder view nodes are scored through (canopy_lit.pipeline.scoring.node_scorer)
+    "scorer": Group(),  # the encoder view nodes are scored through (canopy_lit.scoring.scorers.node_scorer)
     "llm": Group(LLMSchema),
     "judge": Group(JudgeSchema),
     "logger": Group(blocks=True),  # logger=wandb: the run mirrored to W&B (canopy_lit.tracking.log_evaluation)

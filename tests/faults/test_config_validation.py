@@ -46,7 +46,7 @@ def train_problems(*overrides: str) -> list[str]:
         ("+retrieval.kk=3", "unknown config key retrieval.kk (did you mean retrieval.k?)"),
         ("+limt=3", "unknown config key limt (did you mean limit?)"),
         ("+controller.demo=1", "unknown config key controller.demo ("),
-        ("+retriever.pol=x", "unknown config key retriever.pol (canopy_lit.pipeline.retrievers.corpus_retriever takes"),
+        ("+retriever.pol=x", "unknown config key retriever.pol (canopy_lit.retrieval.scopes.corpus_retriever takes"),
     ],
 )
 def test_bad_evaluate_knob_is_one_line_naming_key_and_rule(hydra_ctx, override: str, message: str) -> None:

@@ -145,7 +145,7 @@ def test_a_benchmark_outside_the_union_is_named(hydra_ctx, tmp_path, docs, caplo
     )  # fmt: skip
     bench = load_benchmark("tatqa", path)
     bench.name = "nq"
-    with caplog.at_level(logging.WARNING, logger="canopy_lit.pipeline.retrievers"):
+    with caplog.at_level(logging.WARNING, logger="canopy_lit.retrieval.scopes"):
         retriever = build_retriever(cfg, bench, None, Hierarchy(), None)
     assert retriever.corpus.ids == list(load_benchmark("tatqa", other).items)
     assert any("not in retrieval.benchmarks" in r.getMessage() for r in caplog.records)

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.retrieval.node_cache import NodeEmbeddingCache
-from canopy_lit.retrieval.node_keys import row_checksum
+from canopy_lit.scoring.node_cache import NodeEmbeddingCache
+from canopy_lit.scoring.node_keys import row_checksum
 
 N_ITEMS = 3  # multi-sentence HotpotQA paragraphs: a store of several SQLite pages
 

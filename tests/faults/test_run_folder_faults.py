@@ -65,10 +65,10 @@ def test_rerun_with_other_settings_refuses_naming_them_and_changes_nothing(tmp_p
     assert "resume=force" in line and "Traceback" not in out.stderr
     assert folder_state(run_dir) == before  # run.json, table.md, metrics.json, .hydra/ and the log as they were
 
-    # A folder written before settings.json existed is compared on its .hydra/config.yaml.
+    # Results without settings.json record no settings to continue under: refused the same way, never continued.
     (run_dir / "settings.json").unlink()
-    out = run_script("evaluate.py", run_dir, *OTHER, "limit=2")
-    assert out.status == 2 and 'method.name "no_retrieval" (now "vanilla")' in error_lines(out.stderr)[0]
+    out = run_script("evaluate.py", run_dir, *QUICK, "limit=2")
+    assert out.status == 2 and "settings.json <absent> (now <this run's settings>)" in error_lines(out.stderr)[0]
     assert json.loads((run_dir / "run.json").read_text())["method"] == "no_retrieval"
 
 

@@ -15,7 +15,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.retrieval.node_cache import NodeEmbeddingCache
+from canopy_lit.scoring.node_cache import NodeEmbeddingCache
 
 ROOT = Path(__file__).resolve().parents[2]
 # Bundled OTT-QA gold tables whose root node is longer than 512 MiniLM tokens: the two smallest trees.

@@ -82,7 +82,7 @@ def test_item_margin_drops_whole_items_and_keeps_the_rest_as_refined(record: dic
 
 @pytest.mark.parametrize("pooling", ["late", "cross"])
 def test_an_adapter_trained_with_another_pooling_compresses_with_it(record: dict, pooling: str, caplog) -> None:
-    from canopy_lit.pipeline.scoring import CrossNodeScorer
+    from canopy_lit.scoring.scorers import CrossNodeScorer
 
     adapter = ROOT / "experiments" / "runs" / "scorers" / f"{pooling}_base" / "adapter"
     with caplog.at_level("WARNING"):

@@ -13,7 +13,7 @@ from canopy_lit.data.datamodule import PreferenceDataModule
 from canopy_lit.data.examples import render_instance
 from canopy_lit.encoders import load_encoder
 from canopy_lit.hierarchy import Frame, Hierarchy, NodeInput, VideoTreeBuilder
-from canopy_lit.retrieval.node_cache import NodeEmbeddingCache
+from canopy_lit.scoring.node_cache import NodeEmbeddingCache
 from canopy_lit.supervision import instances_for, training_instances
 from canopy_lit.types import Item, Modality, VideoRef
 

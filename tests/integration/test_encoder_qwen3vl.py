@@ -285,8 +285,8 @@ def test_random_weights_max_frames_per_node_thins_long_video_parents(media_dir, 
 def test_random_weights_fingerprint_names_image_resolution_and_dtype(media_dir) -> None:
     """Node and corpus caches are keyed by ``fingerprint``: another ``max_pixels`` (other image patches) or
     another dtype (other vectors) must not reuse the vectors of the first."""
-    from canopy_lit.pipeline.scoring import QuerySideEncoder
     from canopy_lit.retrieval.encode import f0_fingerprint
+    from canopy_lit.scoring.scorers import QuerySideEncoder
 
     model, tok = _tiny_random_weights_model()
     base = Qwen3VLEncoder("tiny-random-qwen3vl", model=model, processor=_tiny_processor(tok))

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from canopy_lit.llm import LLMCritic, LLMError, LLMReader, user
+from canopy_lit.control import LLMCritic
+from canopy_lit.llm import LLMError, user
+from canopy_lit.reader import LLMReader
 
 EVIDENCE = [f"Passage {n}. " + "The river flows north past the old mill and the stone bridge. " * 8 for n in range(3)]
 
@@ -29,7 +31,7 @@ def test_the_context_is_one_slots_share_and_every_role_fits_into_it(small_contex
     llm = small_context_llm
     assert sum(llm.count_tokens(e) for e in EVIDENCE) > 256  # the evidence alone overflows a slot
     question = "Where does the river flow?"
-    answer = LLMReader(llm, max_tokens=4).answer(question, EVIDENCE)
+    answer = LLMReader(llm, max_tokens=4).read(question, EVIDENCE)
     p_yes = LLMCritic(llm, mode="logprob").p_sufficient(question, EVIDENCE)
     assert answer.raw.strip() and 0.0 <= p_yes <= 1.0
     assert llm.context_length == 256

@@ -8,17 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from canopy_lit.llm import (
-    AggregationClassifier,
-    IRCoTStepper,
-    LLMCritic,
-    LLMReader,
-    LLMRelevanceScorer,
-    ModalityRouter,
-    ParseStats,
-    extract_json,
-    user,
-)
+from canopy_lit.carve.rerank import LLMRelevanceScorer
+from canopy_lit.control import IRCoTController, LLMCritic
+from canopy_lit.llm import ParseStats, extract_json, user
+from canopy_lit.reader import LLMReader
+from canopy_lit.refine import AggregationClassifier
+from canopy_lit.retrieval.router import ModalityRouter
 
 Q = "Which city hosted the 1900 Summer Olympics?"
 EV = ["The 1900 Summer Olympics were held in Paris, France.", "Berlin is the capital of Germany."]
@@ -54,9 +49,9 @@ def test_critic_parse_failure_falls_back_to_insufficient(smollm2_llm) -> None:
 
 def test_reader_short_answer_and_choice_letter(smollm2_llm) -> None:
     reader = LLMReader(smollm2_llm, max_tokens=12, stats=ParseStats())
-    a = reader.answer(Q, EV)
+    a = reader.read(Q, EV)
     assert a.text and "\n" not in a.text and a.letter is None
-    mc = reader.answer(Q, EV, choices=["Berlin", "Paris", "Rome"])
+    mc = reader.read(Q, EV, choices=["Berlin", "Paris", "Rome"])
     assert mc.letter in {"A", "B", "C"} and mc.text == ["Berlin", "Paris", "Rome"][ord(mc.letter) - 65]
 
 
@@ -66,7 +61,7 @@ def test_classifier_router_ircot_relevance(smollm2_llm) -> None:
     assert label in {"aggregation", "lookup"} and stats.failures["aggregation"] == 0
     route = ModalityRouter(smollm2_llm, ["text", "table", "image"], stats=stats).route("What colour is the flag?")
     assert route in {"text", "table", "image"} and stats.failures["router"] == 0
-    step = IRCoTStepper(smollm2_llm, max_tokens=12, stats=stats).step(Q, EV, [])
+    step = IRCoTController(smollm2_llm, max_tokens=12, stats=stats).next_step(Q, EV, [])
     assert step.sentence
     scores = LLMRelevanceScorer(smollm2_llm, stats=stats).score(Q, EV)
     assert len(scores) == 2 and all(0.0 <= s <= 1.0 for s in scores)

@@ -17,7 +17,8 @@ import httpx
 import pytest
 from loopback import LoopbackServer
 
-from canopy_lit.llm import LLMCritic, LLMError, ParseStats, user
+from canopy_lit.control import LLMCritic
+from canopy_lit.llm import LLMError, ParseStats, user
 from canopy_lit.llm.openai import OpenAILLM
 
 

@@ -28,7 +28,9 @@ def vllm_llm():
 
 
 def test_vllm_batch_json_logprobs_and_roles(vllm_llm) -> None:
-    from canopy_lit.llm import LLMCritic, LLMReader, ParseStats, user
+    from canopy_lit.control import LLMCritic
+    from canopy_lit.llm import ParseStats, user
+    from canopy_lit.reader import LLMReader
 
     out = vllm_llm.chat_batch([[user(f"Say the number {i}.")] for i in range(4)], max_tokens=4, role="reader")
     assert len(out) == 4 and all(r.completion_tokens > 0 and r.prompt_tokens > 0 for r in out)
@@ -37,7 +39,7 @@ def test_vllm_batch_json_logprobs_and_roles(vllm_llm) -> None:
     stats = ParseStats()
     v = LLMCritic(vllm_llm, mode="json", stats=stats).judge("Where is Paris?", ["Paris is the capital of France."])
     assert v.parsed and stats.failures["critic"] == 0
-    a = LLMReader(vllm_llm).answer("Where is Paris?", ["Paris is the capital of France."])
+    a = LLMReader(vllm_llm).read("Where is Paris?", ["Paris is the capital of France."])
     assert a.text
     assert vllm_llm.count_tokens("hello world") > 0
     assert vllm_llm.log.summary()["by_role"]["reader"]["calls"] == 5

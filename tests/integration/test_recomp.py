@@ -13,8 +13,8 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from canopy_lit.encoders import load_encoder
-from canopy_lit.pipeline.scoring import FrozenEncoderView, NodeScorer
 from canopy_lit.refine import ExtractiveRefiner
+from canopy_lit.scoring.scorers import FrozenEncoderView, NodeScorer
 from canopy_lit.types import Modality
 
 ROOT = Path(__file__).resolve().parents[2]

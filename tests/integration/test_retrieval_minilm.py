@@ -10,8 +10,8 @@ from lightning.pytorch.callbacks import Callback
 from canopy_lit.retrieval.corpus import CorpusStore, render_item
 from canopy_lit.retrieval.encode import done_ids, encode_corpus, finished_shards, load_shards
 from canopy_lit.retrieval.index import FaissIndex
-from canopy_lit.retrieval.node_cache import NodeEmbeddingCache
 from canopy_lit.retrieval.retriever import FaissRetriever
+from canopy_lit.scoring.node_cache import NodeEmbeddingCache
 
 N_QUESTIONS = 3  # HotpotQA dev questions whose 10 paragraphs form the corpus (30 items + 1 table)
 

@@ -26,12 +26,13 @@ from typing import Any
 import numpy as np
 import yaml
 
+from canopy_lit.control import Decision
 from canopy_lit.data import load_benchmark
 from canopy_lit.eval.harness import run_questions, write_run_outputs
 from canopy_lit.eval.probe import RefinementProbe
 from canopy_lit.eval.summary import markdown_table, summarize
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.pipeline.loop import Decision, EvidenceLoop, LoopSettings
+from canopy_lit.pipeline.loop import EvidenceLoop, LoopSettings
 from canopy_lit.refine import FlatTopMRefiner, KeepWholeRefiner, ParentRelativeRefiner
 from canopy_lit.types import Item, Question, Tree
 

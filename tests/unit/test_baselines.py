@@ -10,8 +10,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.pipeline.scoring import FrozenEncoderView, node_scorer
 from canopy_lit.refine import ExtractiveRefiner, leaf_ids
+from canopy_lit.scoring.scorers import FrozenEncoderView, node_scorer
 from canopy_lit.types import Item, Table
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -135,12 +135,12 @@ def test_tables_state_each_rows_scorer_and_label_universalrag_as_modality_routin
         cfg = yaml.safe_load(cfile.read_text())
         for dotted, value in config.items():
             group, key = dotted.split("__")
-            cfg[group][key] = value
+            cfg.setdefault(group, {})[key] = value
         cfile.write_text(yaml.safe_dump(cfg, allow_unicode=True))
 
     run("canopy", "parent_relative", 2)
-    # a recomp run folder written before the scorer group: its scorer was the refiner's key refine.scorer
-    run("recomp", "flat_top_m", 1, refine__scorer="f0", refine___target_="canopy_lit.pipeline.extractive.ExtractiveRefiner")
+    # recomp scores through the scorer=f0 view (its own selector), whatever adapter the run loads
+    run("recomp", "flat_top_m", 1, scorer__frozen=True, refine___target_="canopy_lit.refine.ExtractiveRefiner")
     run("universalrag", "keep_whole", 1, method__label="universalrag (modality routing only)")
     runs = find_runs([tmp_path])
     axes, fixed = split_settings(runs)

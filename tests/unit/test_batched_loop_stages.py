@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import pytest
 
+from canopy_lit.control import LLMCritic
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.llm import LLMCritic, LLMReader
 from canopy_lit.llm.base import BaseLLM, LLMError, LLMResponse, user
 from canopy_lit.llm.simulated import SimulatedLLM
 from canopy_lit.pipeline.batched import BatchedQuestionRunner, BatchingLLM
 from canopy_lit.pipeline.build import QuestionRunner
-from canopy_lit.pipeline.controllers import CriticController, ReaderAdapter
 from canopy_lit.pipeline.loop import EvidenceLoop, LoopSettings
+from canopy_lit.reader import LLMReader
 from canopy_lit.refine import KeepWholeRefiner
 from canopy_lit.types import Item, Question
 
@@ -44,9 +44,9 @@ def make(
         RotatingRetriever(),
         Hierarchy(),
         KeepWholeRefiner(),
-        ReaderAdapter(LLMReader(llm)),
+        LLMReader(llm),
         llm.count_tokens,
-        controller=CriticController(LLMCritic(llm, mode="logprob", threshold=0.5)),
+        controller=LLMCritic(llm, mode="logprob", threshold=0.5),
         settings=LoopSettings(k=2, max_rounds=max_rounds),
     )
     return loop, llm, sim
@@ -93,8 +93,8 @@ class FailingBackend(SimulatedLLM):
 def test_a_failed_batch_fails_each_of_its_questions_and_the_run_ends() -> None:
     sim = FailingBackend()
     llm = BatchingLLM(sim)
-    loop = EvidenceLoop(RotatingRetriever(), Hierarchy(), KeepWholeRefiner(), ReaderAdapter(LLMReader(llm)),
-                        llm.count_tokens, controller=CriticController(LLMCritic(llm, threshold=0.5)),
+    loop = EvidenceLoop(RotatingRetriever(), Hierarchy(), KeepWholeRefiner(), LLMReader(llm),
+                        llm.count_tokens, controller=LLMCritic(llm, threshold=0.5),
                         settings=LoopSettings(k=2, max_rounds=2))  # fmt: skip
     out = BatchedQuestionRunner(loop, llm).run_all(QUESTIONS[:4], batch_size=4)
     assert all(isinstance(r, LLMError) and "backend down" in str(r) for r in out)

@@ -158,7 +158,7 @@ def test_recall_on_bundled_hotpotqa(tmp_path) -> None:
 def test_config_builds_the_retriever_and_candidate_ranking(hydra_ctx, tmp_path, hotpot) -> None:
     from canopy_lit.hierarchy import Hierarchy
     from canopy_lit.pipeline.build import build_retriever as pipeline_retriever
-    from canopy_lit.pipeline.retrievers import CandidateRetriever
+    from canopy_lit.retrieval.candidates import CandidateRetriever
 
     overrides = [
         "retrieval=bm25",

@@ -12,7 +12,7 @@ from canopy_lit.data import load_benchmark, split_questions
 from canopy_lit.data.datamodule import PreferenceDataModule
 from canopy_lit.encoders.text import TextEncoder
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.pipeline.scoring import CrossNodeScorer, NodeScorer, node_scorer
+from canopy_lit.scoring.scorers import CrossNodeScorer, NodeScorer, node_scorer
 from canopy_lit.supervision import add_hard_negatives, training_instances
 from canopy_lit.training import NodeEncoderModule
 from canopy_lit.types import NodeInput

@@ -331,8 +331,8 @@ def test_config_names_the_reader_and_checks_its_options(lines_file) -> None:
 
 
 def test_ircot_demonstrations_come_from_a_labelled_custom_file(tmp_path) -> None:
+    from canopy_lit.control import ircot
     from canopy_lit.hierarchy import Hierarchy
-    from canopy_lit.pipeline import ircot
 
     recs = custom_records(8)
     for n, rec in enumerate(recs):

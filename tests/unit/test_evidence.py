@@ -328,8 +328,8 @@ def test_compare_runs_pairs_questions_by_id(tmp_path: Path) -> None:
 def test_retrieval_cache_keys_on_the_encoder_settings() -> None:
     """The items' f0 retrieval vectors are cached per encoder setting: a run at another
     ``max_seq_length`` must not read vectors truncated at the old length (hand-made encoder stub)."""
-    from canopy_lit.pipeline.scoring import QuerySideEncoder
-    from canopy_lit.retrieval import NodeEmbeddingCache
+    from canopy_lit.scoring import NodeEmbeddingCache
+    from canopy_lit.scoring.scorers import QuerySideEncoder
 
     class EncoderStub:
         fingerprint = "TextEncoder:minilm:abc:adapter=ffff"
@@ -365,8 +365,8 @@ class ListRetriever:
 def evidence_run(ids: list[str], question: Question, cap: int = 16000) -> dict:
     """One question through an ``EvidenceRunner`` over hand-made items (whole items, words as tokens)."""
     from canopy_lit.eval.evidence import EvidenceRunner
-    from canopy_lit.pipeline.build import NoReader
     from canopy_lit.pipeline.loop import EvidenceLoop, LoopSettings
+    from canopy_lit.reader import NoReader
     from canopy_lit.refine import KeepWholeRefiner
 
     loop = EvidenceLoop(

@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("bm25s")
 
-from canopy_lit.pipeline.retrievers import CandidateRetriever  # noqa: E402
 from canopy_lit.retrieval.bm25 import BM25Retriever, ItemPool  # noqa: E402
+from canopy_lit.retrieval.candidates import CandidateRetriever  # noqa: E402
 from canopy_lit.retrieval.corpus import render_item  # noqa: E402
 from canopy_lit.retrieval.hybrid import HybridRetriever, build_hybrid_retriever, reciprocal_rank_fusion  # noqa: E402
 
@@ -130,8 +130,8 @@ def test_evidence_grid_ranks_candidates_by_the_chosen_retriever(
     from canopy_lit.eval.records import retriever_name
     from canopy_lit.hierarchy import Hierarchy
     from canopy_lit.pipeline.build import build_retriever
-    from canopy_lit.pipeline.scoring import QuerySideEncoder
-    from canopy_lit.retrieval import NodeEmbeddingCache
+    from canopy_lit.scoring import NodeEmbeddingCache
+    from canopy_lit.scoring.scorers import QuerySideEncoder
 
     cfg = compose(
         "evaluate",

@@ -8,15 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from canopy_lit.control import IRCoTController, ircot
 from canopy_lit.data import load_split
 from canopy_lit.data.splits import split_questions
 from canopy_lit.eval.summary import summarize
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.llm import prompts
 from canopy_lit.llm.base import BaseLLM, LLMResponse
-from canopy_lit.llm.roles import IRCoTStepper
-from canopy_lit.pipeline import ircot
-from canopy_lit.pipeline.controllers import IRCoTController
 from canopy_lit.pipeline.loop import EvidenceLoop, LoopSettings
 from canopy_lit.refine import KeepWholeRefiner
 from canopy_lit.types import Question
@@ -91,7 +89,7 @@ def test_demos_precede_the_question_in_the_step_prompt(hotpot) -> None:
     ],
 )
 def test_only_the_first_sentence_of_a_step_counts(reply, sentence, answer) -> None:
-    step = IRCoTStepper(ScriptedLLM(reply)).step("Q?", ["p"], [])
+    step = IRCoTController(ScriptedLLM(reply)).next_step("Q?", ["p"], [])
     assert (step.sentence, step.answer) == (sentence, answer)
 
 
@@ -116,7 +114,7 @@ def test_a_model_that_writes_the_whole_chain_at_once_still_iterates(hotpot) -> N
     pool = Pool(bench)
     loop = EvidenceLoop(
         pool, Hierarchy(2), KeepWholeRefiner(), type("R", (), {"answer": lambda self, q, e: "x"})(),
-        llm.count_tokens, controller=IRCoTController(IRCoTStepper(llm)),
+        llm.count_tokens, controller=IRCoTController(llm),
         settings=LoopSettings(k=2, max_rounds=3, exclude_seen=True),
     )
     rec = loop.run(q)

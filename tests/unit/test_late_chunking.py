@@ -16,8 +16,8 @@ import torch.nn.functional as F
 from canopy_lit.data import load_split
 from canopy_lit.encoders.text import TextEncoder, window_plan
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.pipeline.scoring import FrozenEncoderView, QuerySideEncoder
-from canopy_lit.retrieval.node_cache import NodeEmbeddingCache
+from canopy_lit.scoring.node_cache import NodeEmbeddingCache
+from canopy_lit.scoring.scorers import FrozenEncoderView, QuerySideEncoder
 from canopy_lit.types import Item
 
 DATA = Path(__file__).resolve().parents[2] / "data"

@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 from hydra import compose
 
+from canopy_lit.control import Decision, LLMCritic
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.llm import LLMCritic, LLMError, LLMReader
+from canopy_lit.llm import LLMError
 from canopy_lit.llm.simulated import SimulatedLLM
-from canopy_lit.pipeline.controllers import ReaderAdapter
-from canopy_lit.pipeline.loop import Decision, EvidenceLoop, LoopSettings
+from canopy_lit.pipeline.loop import EvidenceLoop, LoopSettings
+from canopy_lit.reader import LLMReader
 from canopy_lit.refine import KeepWholeRefiner
 from canopy_lit.types import Item, Question
 
@@ -50,7 +51,7 @@ def test_the_critic_gets_the_evidence_the_reader_gets_under_the_cap() -> None:
     controller = RecordingController()
     cap = 60  # one round of two items (~2 x 26 words) fits, two rounds do not
     loop = EvidenceLoop(
-        TwoPerRound(), Hierarchy(), KeepWholeRefiner(), ReaderAdapter(LLMReader(sim)), sim.count_tokens,
+        TwoPerRound(), Hierarchy(), KeepWholeRefiner(), LLMReader(sim), sim.count_tokens,
         controller=controller, settings=LoopSettings(k=2, max_rounds=3, exclude_seen=True, reader_max_tokens=cap),
     )  # fmt: skip
     loop.run(Question("q", "Which fact?", ["x"], "unit"))
@@ -84,7 +85,7 @@ def test_critic_and_reader_prompts_are_fitted_to_the_context_newest_evidence_fir
     sim = Recording(context_length=260, sufficient_round=99)  # the critic never says sufficient
     verdict = LLMCritic(sim, mode=mode, threshold=0.5).judge("Which piece?", EVIDENCE)
     assert not verdict.sufficient and verdict.followup_query
-    answer = LLMReader(sim).answer("Which piece?", EVIDENCE)
+    answer = LLMReader(sim).read("Which piece?", EVIDENCE)
     assert answer.text == "simulated answer"
     assert sim.log.summary()["failed"] == 0  # the backend refused no prompt
     assert len(sim.prompts) == (2 if mode == "json" else 3)
@@ -101,7 +102,7 @@ def test_a_piece_that_does_not_fit_whole_is_cut_at_a_word_boundary() -> None:
     fixed = prompts.prompt_tokens(prompts.reader(question, []), SimulatedLLM().count_tokens)
     frame = prompts.EVIDENCE_FRAME_TOKENS
     sim = Recording(context_length=fixed + 32 + (60 + frame) + (10 + frame))  # room for 10 words of piece0
-    LLMReader(sim).answer(question, [EVIDENCE[0], newest])
+    LLMReader(sim).read(question, [EVIDENCE[0], newest])
     (prompt,) = sim.prompts
     assert prompt.count("newest") == 60  # the newest piece whole
     cut = prompt.split("\n\n[2] newest")[0].split("[1] ")[1]
@@ -122,7 +123,8 @@ def test_a_question_too_long_for_the_context_is_the_callers_error() -> None:
 
 
 def test_the_loop_cap_is_lowered_to_what_the_llm_context_holds(hydra_ctx, capsys) -> None:
-    from canopy_lit.llm.roles import CRITIC_MAX_TOKENS, evidence_room
+    from canopy_lit.control import CRITIC_MAX_TOKENS
+    from canopy_lit.llm.context import evidence_room
     from canopy_lit.pipeline.build import build_loop
 
     cfg = compose(config_name="evaluate", overrides=["method=no_retrieval", "llm=simulated", "+llm.context_length=1024"])

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from canopy_lit.control import Decision
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.pipeline.loop import Decision, EvidenceLoop, LoopSettings
+from canopy_lit.pipeline.loop import EvidenceLoop, LoopSettings
 from canopy_lit.refine import FlatTopMRefiner, KeepWholeRefiner, ParentRelativeRefiner
 from canopy_lit.types import Evidence, Item, Question, Table
 

@@ -11,7 +11,7 @@ import torch
 
 from canopy_lit.hierarchy import Hierarchy, ImageTreeBuilder, VideoTreeBuilder
 from canopy_lit.hierarchy.base import NodeInput
-from canopy_lit.retrieval.node_cache import NodeEmbeddingCache
+from canopy_lit.scoring.node_cache import NodeEmbeddingCache
 from canopy_lit.types import Item, Table, VideoRef
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -236,7 +236,7 @@ class FrameAwareFakeEncoder(FakeCountingEncoder):
 
 
 def test_scorer_without_cache_encodes_the_same_inputs_as_the_cache() -> None:
-    from canopy_lit.pipeline.scoring import NodeScorer
+    from canopy_lit.scoring.scorers import NodeScorer
 
     h = Hierarchy(2)
     tree = h.build(VIDEO)  # video nodes carry frames

@@ -123,11 +123,10 @@ class _RefusesBad(LoopbackServer):
 def test_one_failing_conversation_fails_only_itself_and_the_batched_loop_keeps_the_others() -> None:
     """Issue "Numbers you can trust, round 2" item 11 over real sockets: concurrent requests of one batch."""
     from canopy_lit.hierarchy import Hierarchy
-    from canopy_lit.llm import LLMReader
     from canopy_lit.llm.base import PromptTooLongError
     from canopy_lit.pipeline.batched import BatchedQuestionRunner, BatchingLLM
-    from canopy_lit.pipeline.controllers import ReaderAdapter
     from canopy_lit.pipeline.loop import EvidenceLoop, LoopSettings, QuestionRunner
+    from canopy_lit.reader import LLMReader
     from canopy_lit.refine import KeepWholeRefiner
     from canopy_lit.types import Question
 
@@ -142,7 +141,7 @@ def test_one_failing_conversation_fails_only_itself_and_the_batched_loop_keeps_t
 
         def reader_only() -> tuple[EvidenceLoop, BatchingLLM]:
             batching = BatchingLLM(llm)
-            loop = EvidenceLoop(None, Hierarchy(), KeepWholeRefiner(), ReaderAdapter(LLMReader(batching)),
+            loop = EvidenceLoop(None, Hierarchy(), KeepWholeRefiner(), LLMReader(batching),
                                 batching.count_tokens, settings=LoopSettings(max_rounds=0))  # fmt: skip
             return loop, batching
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import pytest
 
+from canopy_lit.control import LLMCritic
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.llm import LLMCritic, LLMReader, prompts
+from canopy_lit.llm import prompts
 from canopy_lit.llm.base import CallLog, LLMResponse
 from canopy_lit.llm.simulated import SimulatedLLM
 from canopy_lit.pipeline.build import QuestionRunner
-from canopy_lit.pipeline.controllers import CriticController, ReaderAdapter
 from canopy_lit.pipeline.loop import EvidenceLoop, LoopSettings
+from canopy_lit.reader import LLMReader
 from canopy_lit.refine import KeepWholeRefiner
 from canopy_lit.types import Item, Question
 
@@ -74,8 +75,8 @@ def test_loop_prompts_extend_each_other_so_most_prompt_tokens_are_cached() -> No
     """Critic rounds and the reader share system + question + earlier evidence: only new text is prefilled."""
     llm = PrefixCachingStub()
     loop = EvidenceLoop(
-        NextItems(), Hierarchy(), KeepWholeRefiner(), ReaderAdapter(LLMReader(llm)), llm.count_tokens,
-        controller=CriticController(LLMCritic(llm, mode="logprob", threshold=0.5)),
+        NextItems(), Hierarchy(), KeepWholeRefiner(), LLMReader(llm), llm.count_tokens,
+        controller=LLMCritic(llm, mode="logprob", threshold=0.5),
         settings=LoopSettings(k=2, max_rounds=3, exclude_seen=True),
     )  # fmt: skip
     rec = QuestionRunner(loop, llm).run(Question("q", "Which fact connects 0 and 5?", ["x"], "unit"))

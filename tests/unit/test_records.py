@@ -79,11 +79,11 @@ def _encoder_config(target: str, backbone: str = "minilm") -> dict:
 
 def test_settings_changes_name_each_changed_key(tmp_path) -> None:
     """settings.json is what a resume is compared with: the same config is no change, another encoder class or
-    another k is one line each; a folder that recorded no settings has nothing to compare."""
+    another k is one line each; a folder without settings.json recorded none to continue under."""
     from canopy_lit.eval.records import settings_changes, write_run_settings
 
     text = _encoder_config("canopy_lit.encoders.text.TextEncoder")
-    assert settings_changes(tmp_path, text) == []
+    assert settings_changes(tmp_path, text) == [("settings.json", "<absent>", "<this run's settings>")]
     write_run_settings(tmp_path, text)
     assert settings_changes(tmp_path, text) == []
     assert settings_changes(tmp_path, _encoder_config("canopy_lit.encoders.qwen3vl.Qwen3VLEncoder")) == [

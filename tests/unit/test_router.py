@@ -1,4 +1,4 @@
-"""LLMModalityRouter over the LLM layer's ModalityRouter, with a scripted fake LLM (no model)."""
+"""LLMModalityRouter over ModalityRouter, with a scripted fake LLM (no model)."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def test_candidate_retriever_routes_among_the_pools_modalities() -> None:
     import numpy as np
 
     from canopy_lit.hierarchy import Hierarchy
-    from canopy_lit.pipeline.retrievers import CandidateRetriever
+    from canopy_lit.retrieval.candidates import CandidateRetriever
     from canopy_lit.types import Item, Question, Table
 
     items = {

@@ -103,7 +103,7 @@ def test_the_scorer_group_replaces_refine_scorer_and_the_schema_checks_it(hydra_
     for option in options:
         cfg = compose("evaluate", overrides=[f"scorer={option}"])
         assert _problems(cfg, "scorer") == []
-        assert cfg.scorer._target_ == "canopy_lit.pipeline.scoring.node_scorer"
+        assert cfg.scorer._target_ == "canopy_lit.scoring.node_scorer"
     # refine=extractive brings its own f0 scorer (through the group, not a refiner key); a command line wins.
     cfg = compose("evaluate", overrides=["refine=extractive", "encoder.adapter=/tmp/adapter"])
     assert cfg.scorer.frozen is True and "scorer" not in cfg.refine
@@ -191,8 +191,9 @@ def test_evidence_and_probe_stages_come_from_config(hydra_ctx, tmp_path: Path) -
     asks the retriever factory to, flat-matched renders with the run's tree, no LLM stage is built; the probe
     scores through the ``scorer`` group's view."""
     from canopy_lit.data import load_split
-    from canopy_lit.pipeline.build import NoReader, build_evidence_loop, build_probe
-    from canopy_lit.pipeline.scoring import FrozenEncoderView, QuerySideEncoder
+    from canopy_lit.pipeline.build import build_evidence_loop, build_probe
+    from canopy_lit.reader import NoReader
+    from canopy_lit.scoring.scorers import FrozenEncoderView, QuerySideEncoder
 
     common = ["experiment=evidence", "llm=llamacpp_smollm2", f"retrieval.node_cache_dir={tmp_path}"]
     cfg = compose("evaluate", overrides=[*common, "refine=flat_matched", "tree.branching=3"])
@@ -211,13 +212,13 @@ def test_evidence_and_probe_stages_come_from_config(hydra_ctx, tmp_path: Path) -
 def test_a_group_factory_gets_only_the_keywords_it_declares() -> None:
     """``build.call_declared``: a factory is never handed a keyword it does not declare (no ``unused`` parameters
     kept for a uniform call), one taking ``**kwargs`` gets them all, and a missing required one still fails."""
+    from canopy_lit.control import critic_controller, no_controller
     from canopy_lit.pipeline.build import call_declared
-    from canopy_lit.pipeline.controllers import critic_controller, no_controller
 
     offered = {"llm": "an llm", "hierarchy": Hierarchy(2), "data": {"name": "hotpotqa"}}
     assert call_declared(lambda llm: llm, **offered) == "an llm"
     assert call_declared(lambda **kw: sorted(kw), **offered) == ["data", "hierarchy", "llm"]
     assert call_declared(no_controller, **offered) is None
-    assert call_declared(critic_controller, **offered).critic.llm == "an llm"
+    assert call_declared(critic_controller, **offered).llm == "an llm"
     with pytest.raises(TypeError, match="threshold"):
         call_declared(lambda llm, threshold: None, **offered)

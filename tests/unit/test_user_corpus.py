@@ -230,6 +230,6 @@ def test_retrieval_corpus_reaches_the_corpus_retriever_and_the_run_settings(
     assert not {"retrieval.corpus", "retrieval.corpus_options"} & set(run_settings(default))
     # retriever=candidates reads no corpus, and says so
     cand = compose("evaluate", overrides=[*common, "retriever=candidates", f"retrieval.corpus={path}"])
-    with caplog.at_level(logging.WARNING, logger="canopy_lit.pipeline.retrievers"):
+    with caplog.at_level(logging.WARNING, logger="canopy_lit.retrieval.scopes"):
         build_retriever(cand, bench, None, Hierarchy(), None)
     assert any("read by retriever=corpus only" in r.getMessage() for r in caplog.records)

@@ -118,10 +118,11 @@ def discard_refused_run_folder(run_dir: str | Path, log_names: tuple[str, ...] =
 
 def settings_changes(run_dir: str | Path, cfg: Any) -> list[tuple[str, Any, Any]]:
     """``(key, recorded, now)`` for every setting of ``cfg`` that differs from the ones ``run_dir``'s
-    results were made with, as its ``settings.json`` records them ([] when they match, or when nothing recorded them)."""
+    results were made with, as its ``settings.json`` records them ([] when they match). A folder whose
+    ``settings.json`` is missing records no settings to continue under: one change, ``settings.json`` itself."""
     stored = Path(run_dir) / SETTINGS_FILE
     if not stored.is_file():
-        return []
+        return [(SETTINGS_FILE, "<absent>", "<this run's settings>")]
     try:
         recorded = json.loads(stored.read_text(encoding="utf-8"))["settings"]
     except (ValueError, KeyError, TypeError) as err:

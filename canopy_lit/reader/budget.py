@@ -2,7 +2,7 @@
 
 One module owns every cut of evidence to a token budget: the loop's reader cap (``EvidenceBudget.cap``,
 which the critic and the reader both see), ``canopy_lit.compress``'s ``budget`` and the fitting of a prompt
-into an LLM backend's context (``llm.roles.fit_evidence``). Both cut a text inside with the renderer's
+into an LLM backend's context (``llm.context.fit_evidence``). Both cut a text inside with the renderer's
 ``hierarchy.base.cut_prefix``.
 """
 

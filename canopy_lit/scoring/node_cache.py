@@ -45,7 +45,7 @@ import numpy as np
 
 from canopy_lit.encoders.late import is_late, late_embed_trees
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.retrieval.node_keys import fingerprint_slug, item_digest, row_checksum
+from canopy_lit.scoring.node_keys import fingerprint_slug, item_digest, row_checksum
 from canopy_lit.types import Item, Tree
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ import numpy as np
 from canopy_lit.encoders.base import input_text
 from canopy_lit.encoders.late import is_late, late_embed_trees
 from canopy_lit.hierarchy import Hierarchy
-from canopy_lit.retrieval.node_cache import NodeEmbeddingCache
+from canopy_lit.scoring.node_cache import NodeEmbeddingCache
 from canopy_lit.types import Tree
 
 

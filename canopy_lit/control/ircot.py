@@ -1,4 +1,5 @@
-"""IRCoT's few-shot demonstrations, built from the benchmark's *training* split only.
+"""``controller=ircot``: IRCoT's reasoning steps as the loop's controller, and its few-shot demonstrations,
+built from the benchmark's *training* split only.
 
 The original IRCoT prompts its reader with worked chains of thought over gold paragraphs. Here
 each demonstration is a training question whose gold leaves were located: its gold items are the
@@ -9,10 +10,19 @@ and ``load_demos`` checks that no demonstration shares a question or an item wit
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from omegaconf import DictConfig, OmegaConf
+
+from canopy_lit.control.base import Decision
 from canopy_lit.hierarchy import Hierarchy
+from canopy_lit.llm import prompts
+from canopy_lit.llm.base import LLM
+from canopy_lit.llm.context import fit_evidence
+from canopy_lit.llm.parsing import PARSE_STATS, ParseStats, parse_ircot_step
 from canopy_lit.llm.prompts import IRCoTDemo
 from canopy_lit.refine import leaf_ids
 from canopy_lit.types import Item, Question
@@ -89,3 +99,75 @@ def load_demos(data: Mapping[str, Any], n: int, hierarchy: Hierarchy, max_words:
             f"paragraphs within controller.demo_max_words={max_words}; lower controller.demos or raise the cap"
         )
     return demos
+
+
+@dataclass
+class IRCoTStep:
+    sentence: str
+    answer: str | None = None
+
+
+class IRCoTController:
+    """IRCoT: each step writes the next reasoning sentence (also the next retrieval query); the loop stops once
+    the reasoning states the answer.
+
+    As in the original IRCoT, only the first generated sentence is kept: a model that writes a whole
+    chain at once ("Fact. Fact. So the answer is: X") takes one step (its first fact) and retrieves
+    again; it stops only when its first sentence states the answer.
+
+    Args:
+        llm: any backend.
+        demos: worked examples from training questions (``load_demos``).
+        max_tokens: generation budget per step.
+    """
+
+    def __init__(self, llm: LLM, *, demos: Sequence[prompts.IRCoTDemo] = (), max_tokens: int = 64,
+                 stats: ParseStats | None = None) -> None:  # fmt: skip
+        self.llm, self.demos, self.max_tokens = llm, tuple(demos), max_tokens
+        self.stats = stats or PARSE_STATS
+
+    def step(self, question: Question, evidence: list[str], round: int, history: list[dict[str, Any]]) -> Decision:
+        """The loop's verdict for this round (``Controller``): the next sentence, and stop once it answers."""
+        thoughts = [h["thought"] for h in history if h.get("thought")]
+        s = self.next_step(question.text, evidence, thoughts)
+        return Decision(stop=s.answer is not None, followup=s.sentence or question.text,
+                        raw={"thought": s.sentence, "answer": s.answer})  # fmt: skip
+
+    def next_step(self, question: str, paragraphs: Sequence[str], thoughts: Sequence[str]) -> IRCoTStep:
+        """One reasoning step over ``paragraphs`` after ``thoughts``."""
+        msgs = fit_evidence(
+            self.llm, lambda ev: prompts.ircot_step(question, ev, thoughts, self.demos), paragraphs,
+            self.max_tokens, "ircot",
+        )  # fmt: skip
+        resp = self.llm.chat(
+            msgs,
+            max_tokens=self.max_tokens,
+            role="ircot",
+            stop=["\n\n"],
+        )
+        text = " ".join((resp.text or "").split())
+        first = _FIRST_SENTENCE.split(text, maxsplit=1)[0]
+        if _ANSWER_MARK.search(first):
+            sentence, answer = parse_ircot_step(text, self.stats)  # the answer span may hold a '.' (1.5 m)
+        else:
+            sentence, answer = parse_ircot_step(first, self.stats)
+        return IRCoTStep(sentence=sentence, answer=answer)
+
+
+_FIRST_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
+_ANSWER_MARK = re.compile(r"so\s+the\s+answer\s+is", re.I)
+
+
+def ircot_controller(
+    llm: Any,
+    hierarchy: Hierarchy,
+    data: Mapping[str, Any] | DictConfig,
+    demos: int = 0,
+    demo_split: str = "train",
+    demo_max_words: int = 250,
+) -> IRCoTController:
+    """``controller=ircot``: few-shot chains from ``demos`` questions of the benchmark's ``demo_split``
+    (never test), their paragraphs cut to ``demo_max_words``; 0 = zero-shot."""
+    data = OmegaConf.to_container(data, resolve=True) if isinstance(data, DictConfig) else dict(data)
+    chains = load_demos(data, int(demos), hierarchy, int(demo_max_words), str(demo_split))
+    return IRCoTController(llm, demos=chains)
