@@ -15,7 +15,7 @@ Runs over question lists go through the shared harness in ``canopy_lit.eval.carv
 runner of ``method=carve``, beside the other modes' runners: it needs the composition root, which builds
 this package's parts, so it cannot live in it); CLI ``python -m canopy_lit.carve run|compare ...``.
 
-Every part is built from config by ``canopy_lit.pipeline.build`` (``CarveParts``, ``build_carve_*``).
+Every part is built from config by ``canopy_lit.carve.build`` (``CarveParts``, ``build_carve_*``), CARVE's composition root.
 """
 
 from __future__ import annotations

@@ -34,30 +34,6 @@ def input_text(x: EncoderInput) -> str:
     return x.text if isinstance(x, NodeInput) else x
 
 
-def quick_file_hash(path: Path, chunk: int = 1 << 20) -> str:
-    """sha256 of (size, first MiB, last MiB): cheap for multi-GB weights, still content-derived."""
-    h = hashlib.sha256()
-    size = path.stat().st_size
-    h.update(str(size).encode())
-    with path.open("rb") as f:
-        h.update(f.read(chunk))
-        if size > chunk:
-            f.seek(max(size - chunk, chunk))
-            h.update(f.read(chunk))
-    return h.hexdigest()
-
-
-def backbone_hash(model_dir: Path | None, name: str) -> str:
-    """Content hash of a backbone folder's config and weight files (name only for hub ids not on disk)."""
-    h = hashlib.sha256(name.encode())
-    if model_dir is not None and model_dir.is_dir():
-        for p in sorted(model_dir.rglob("*")):
-            if p.is_file() and (p.suffix in {".safetensors", ".bin", ".pt"} or p.name == "config.json"):
-                h.update(str(p.relative_to(model_dir)).encode())
-                h.update(quick_file_hash(p).encode())
-    return h.hexdigest()[:16]
-
-
 def tensors_hash(tensors: dict[str, torch.Tensor]) -> str:
     """Hash of named tensors (the adapter weights), order-independent of dict insertion."""
     h = hashlib.sha256()

@@ -1,12 +1,14 @@
 """``encoder_fingerprint.json``: what an adapter folder says about the encoder it was trained on.
 
 ``NodeEncoder.save_adapter`` writes it beside the peft files: backbone name and content hash, adapter
-hash, embedding size, encoder class and ``max_seq_length`` (part of the backbone hash). Read here only,
-without torch, so that reports and run records can use it as well as the encoders.
+hash, embedding size, encoder class and ``max_seq_length`` (part of the backbone hash). Read here, and the
+content hashes computed here, without torch, so that reports, run records and the node cache can use them as
+well as the encoders.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -39,3 +41,27 @@ def adapter_max_seq_length(adapter: str | Path | None) -> int | None:
         return None
     length = (read_fingerprint(adapter) or {}).get("max_seq_length")
     return int(length) if length else None
+
+
+def quick_file_hash(path: Path, chunk: int = 1 << 20) -> str:
+    """sha256 of (size, first MiB, last MiB): cheap for multi-GB weights, still content-derived."""
+    h = hashlib.sha256()
+    size = path.stat().st_size
+    h.update(str(size).encode())
+    with path.open("rb") as f:
+        h.update(f.read(chunk))
+        if size > chunk:
+            f.seek(max(size - chunk, chunk))
+            h.update(f.read(chunk))
+    return h.hexdigest()
+
+
+def backbone_hash(model_dir: Path | None, name: str) -> str:
+    """Content hash of a backbone folder's config and weight files (name only for hub ids not on disk)."""
+    h = hashlib.sha256(name.encode())
+    if model_dir is not None and model_dir.is_dir():
+        for p in sorted(model_dir.rglob("*")):
+            if p.is_file() and (p.suffix in {".safetensors", ".bin", ".pt"} or p.name == "config.json"):
+                h.update(str(p.relative_to(model_dir)).encode())
+                h.update(quick_file_hash(p).encode())
+    return h.hexdigest()[:16]

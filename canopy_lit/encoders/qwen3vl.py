@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from canopy_lit.adapters import resolve_adapter
-from canopy_lit.encoders.base import EncoderInput, NodeEncoder, adapter_scale_of, backbone_hash, input_text
-from canopy_lit.encoders.fingerprint import adapter_max_seq_length
+from canopy_lit.encoders.base import EncoderInput, NodeEncoder, adapter_scale_of, input_text
+from canopy_lit.encoders.fingerprint import adapter_max_seq_length, backbone_hash
 from canopy_lit.types import Frame, NodeInput
 
 QWEN3VL_HUB_ID = "Qwen/Qwen3-VL-Embedding-2B"

@@ -16,10 +16,9 @@ from canopy_lit.encoders.base import (
     EncoderInput,
     NodeEncoder,
     adapter_scale_of,
-    backbone_hash,
     input_text,
 )
-from canopy_lit.encoders.fingerprint import adapter_max_seq_length
+from canopy_lit.encoders.fingerprint import adapter_max_seq_length, backbone_hash
 from canopy_lit.encoders.late import LATE_POOLINGS, LateItem, pool_spans
 
 MINILM = "all-MiniLM-L6-v2"

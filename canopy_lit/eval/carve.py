@@ -24,18 +24,13 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from canopy_lit.carve.build import CarveParts, build_carve_corpus, build_carve_pipeline, check_carve_method
 from canopy_lit.carve.metrics import stage_metrics
 from canopy_lit.carve.representations import CONFIGS
 from canopy_lit.carve.stages import CarvePipeline
 from canopy_lit.eval.harness import RunFailed, notify, run_questions, write_run_outputs
 from canopy_lit.eval.summary import markdown_table, summarize
-from canopy_lit.pipeline.build import (
-    CarveParts,
-    build_carve_corpus,
-    build_carve_pipeline,
-    check_carve_method,
-    load_questions,
-)
+from canopy_lit.pipeline.build import load_questions
 from canopy_lit.types import Item, Question
 
 log = logging.getLogger(__name__)

@@ -4,21 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from canopy_lit.hierarchy import ELISION, Hierarchy
+from canopy_lit.refine.rule import KeepWholeRefiner
 from canopy_lit.types import Tree
 
 
-class LongLLMLinguaRefiner:
+class LongLLMLinguaRefiner(KeepWholeRefiner):
     """LongLLMLingua (Jiang et al., 2024): question-aware coarse (item) + fine (token) compression of the
     round's whole items by a small causal LM, at a target rate (``canopy_lit.longllmlingua``).
 
-    Its evidence is compressed text, not regions: ``__call__`` keeps every item whole (the root) and the
-    loop then asks ``compress`` for each item's block (``compresses_text``); an item the coarse step drops
+    Its evidence is compressed text, not regions: as ``KeepWholeRefiner`` it keeps every item whole (the root)
+    and the loop then asks ``compress`` for each item's block (``compresses_text``); an item the coarse step drops
     gets no block. Titles, captions and table headers pass through verbatim (they reach the reader with
     any region under every other refiner); the rest of each block is compressed. Scores are not read, so
     no node scorer is loaded; aggregation flags are ignored (the compressor has no table rule).
+
+    The arguments are ``LongLLMLingua``'s, named here so that the ``refine`` group's keys are checked against
+    them (the config targets this class).
 
     Args:
         model: the compressor's causal LM, an offline asset (``smollm2-135m``) or a GGUF path.
@@ -32,8 +34,6 @@ class LongLLMLinguaRefiner:
         ImportError: one line naming the ``lingua`` extra when ``llmlingua`` (or ``gguf``) is missing.
     """
 
-    needs_scores = False
-    lazy = False
     compresses_text = True
 
     def __init__(
@@ -52,14 +52,6 @@ class LongLLMLinguaRefiner:
             model, rate, condition_in_question, dynamic_context_compression_ratio, context_budget, iterative_size
         )
         self.label = f"LongLLMLingua ({lm_name(model)})"
-
-    def __call__(
-        self,
-        trees: Sequence[Tree],
-        scores: Sequence[np.ndarray] | None = None,
-        aggregation: Sequence[bool] | None = None,
-    ) -> list[list[int]]:
-        return [[0] for _ in trees]
 
     def compress(
         self, query: str, trees: Sequence[Tree], kept: Sequence[Sequence[int]], hierarchy: Hierarchy

@@ -31,7 +31,7 @@ MEDIA_HASHES: dict[tuple[str, int, int], str] = {}
 
 def media_hash(path: str) -> str:
     """Content hash of an image or video file (size + first and last MiB); "" when it cannot be read."""
-    from canopy_lit.encoders.base import quick_file_hash
+    from canopy_lit.encoders.fingerprint import quick_file_hash
 
     try:
         st = os.stat(path)

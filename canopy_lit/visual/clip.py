@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from canopy_lit.encoders.base import EncoderInput, NodeEncoder, backbone_hash
+from canopy_lit.encoders.base import EncoderInput, NodeEncoder
+from canopy_lit.encoders.fingerprint import backbone_hash
 from canopy_lit.hierarchy.base import NodeInput
 from canopy_lit.visual.frames import load_frames
 

@@ -21,9 +21,10 @@ from canopy_lit.carve import (
     ZScore,
 )
 from canopy_lit.carve.__main__ import compose_cfg
+from canopy_lit.carve.build import CarveParts, build_carve_corpus, build_carve_pipeline
 from canopy_lit.data import load_benchmark
 from canopy_lit.eval.carve import run_pipeline
-from canopy_lit.pipeline.build import CarveParts, build_carve_corpus, build_carve_pipeline, build_runner
+from canopy_lit.pipeline.build import build_runner
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 

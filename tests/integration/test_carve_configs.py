@@ -23,8 +23,9 @@ from canopy_lit.carve import (
     video_clips,
 )
 from canopy_lit.carve.__main__ import compose_cfg
+from canopy_lit.carve.build import CarveParts
 from canopy_lit.carve.rerank import CandidateRepr
-from canopy_lit.pipeline.build import CarveParts, build_runner
+from canopy_lit.pipeline.build import build_runner
 from canopy_lit.types import Item, VideoRef
 
 pytestmark = pytest.mark.filterwarnings("ignore")
