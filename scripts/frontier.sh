@@ -4,7 +4,7 @@
 #      at k = 5 (HotpotQA's val split has 8 questions: the rest of its train file trained the adapter);
 #   2. the operating point: per in-domain benchmark and scorer, the δ whose validation tokens are 72-86% of
 #      keep-whole's, and the budgets' δs (40 / 60 / 80%); zero-shot TAT-QA takes the median of the in-domain
-#      choices, so its own data never enters (python experiments/frontier.py choose ->
+#      choices, so its own data never enters (python -m canopy_lit.studies.frontier choose ->
 #      experiments/tables/frontier_operating_point.json; the archive's TAT-QA validation runs, made before
 #      that rule, are not read for it);
 #   3. test (full splits): CANOPY fθ / f0 and flat leaves at CANOPY's tokens over δ (k = 5), the same over
@@ -13,7 +13,7 @@
 #      item margin at the operating point.
 # Every sweep resumes its run folders, so the script can be stopped and rerun. Then
 #   python -m canopy_lit.report pack experiments/runs/frontier_val experiments/runs/frontier
-#   python experiments/frontier.py       # figures, tables, the README headline block
+#   python -m canopy_lit.studies.frontier       # figures, tables, the README headline block
 #
 #   ADAPTER=experiments/runs/recipe/base/adapter bash scripts/frontier.sh
 set -euo pipefail
@@ -36,7 +36,7 @@ sweep() {  # one process per sweep: the encoder loads once
 sweep data.split=val limit="$VAL_LIMIT" data="$VAL_BENCHMARKS" scorer=ftheta,f0 refine.descend_margin="$DELTAS" \
   variant=full hydra.sweep.dir=$VAL
 sweep data.split=val limit="$VAL_LIMIT" data="$VAL_BENCHMARKS" variant=no_projection hydra.sweep.dir=$VAL
-"$PY" experiments/frontier.py choose
+"$PY" -m canopy_lit.studies.frontier choose
 
 sweep data="$BENCHMARKS" scorer=ftheta,f0 refine.descend_margin="$DELTAS" variant=full,flat_matched hydra.sweep.dir=$TEST
 sweep data="$BENCHMARKS" variant=no_projection retrieval.k=1,2,3,5,10 hydra.sweep.dir=$TEST
@@ -49,10 +49,10 @@ LINGUA_BENCHMARKS=${LINGUA_BENCHMARKS-hotpotqa,nq}
 while read -r bench scorer delta; do
   sweep data="$bench" scorer="$scorer" refine.descend_margin="$delta" variant=full,flat_matched retrieval.k=3,10 \
     hydra.sweep.dir=$TEST
-done < <("$PY" experiments/frontier.py operating-points)
+done < <("$PY" -m canopy_lit.studies.frontier operating-points)
 # item drop (refine.item_margin, off in the paper) at each benchmark's fθ operating point, over the margin
 while read -r bench scorer delta; do
   [ "$scorer" = ftheta ] || continue
   sweep data="$bench" scorer=ftheta refine.descend_margin="$delta" variant=full refine.item_margin=0.05,0.1,0.2,0.3 \
     hydra.sweep.dir=$TEST
-done < <("$PY" experiments/frontier.py operating-points)
+done < <("$PY" -m canopy_lit.studies.frontier operating-points)

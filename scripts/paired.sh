@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The paired end-to-end comparison (issue: "does CANOPY give better answers from fewer tokens?"):
 # the same test questions through canopy (δ = 0, the paper's rule), canopy at the operating point (the δ that
-# experiments/frontier.py chose on validation for that benchmark, for zero-shot TAT-QA the median of the in-domain
+# canopy_lit/studies/frontier.py chose on validation for that benchmark, for zero-shot TAT-QA the median of the in-domain
 # choices: experiments/tables/frontier_operating_point.json),
 # canopy w/o projection (refine=keep_whole), canopy w/o iteration (loop.max_rounds=1) and vanilla (k = 5), retrieving from the unified corpus of every bundled benchmark
 # (retriever=corpus: 24,837 items), with the CPU default reader (Qwen2.5-Coder-1.5B, llama.cpp).
@@ -17,7 +17,7 @@
 # OUT=experiments/runs/paired/<benchmark>/<system>/ (the committed ones are unpacked from paired.zip first, so
 # a rerun resumes them); pack them (python -m canopy_lit.report pack experiments/runs/paired), commit
 # paired.zip, then regenerate the table with
-#   python experiments/paired.py
+#   python -m canopy_lit.studies.paired
 # Knobs (environment): ADAPTER (required), OUT, N (default 50), STEP (default 10), BENCHMARKS
 # (default "hotpotqa nq ottqa tatqa"), THREADS (llama.cpp threads, default 1), RETRIEVAL (bm25 | default | hybrid),
 # ONLY (a subset of the systems, e.g. ONLY="canopy no_projection": two such jobs side by side, one core
@@ -39,7 +39,7 @@ ADAPTER=$(cd "$CALLER" && realpath --relative-base="$OLDPWD" "$ADAPTER")
 
 # fθ's validation-chosen δ of one benchmark (empty without an operating point: that system is skipped)
 operating_delta() {
-  "$PY" experiments/frontier.py operating-points | awk -v b="$1" '$1 == b && $2 == "ftheta" {print $3}'
+  "$PY" -m canopy_lit.studies.frontier operating-points | awk -v b="$1" '$1 == b && $2 == "ftheta" {print $3}'
 }
 SYSTEMS=(
   "canopy:method=canopy"
@@ -62,7 +62,7 @@ for ((n = STEP; n <= N; n += STEP)); do
       # a folder whose latest run answered n questions is skipped without a model load (~10 s per system and
       # step); its own questions are those of question_ids.json, not every record of predictions.jsonl
       done_ok=0
-      [ ! -f "$OUT/$bench/$name/predictions.jsonl" ] || done_ok=$("$PY" experiments/paired.py --answered "$OUT/$bench/$name")
+      [ ! -f "$OUT/$bench/$name/predictions.jsonl" ] || done_ok=$("$PY" -m canopy_lit.studies.paired --answered "$OUT/$bench/$name")
       [ "${done_ok:-0}" -lt "$n" ] || continue
       # shellcheck disable=SC2086
       OMP_NUM_THREADS=1 "$PY" evaluate.py experiment=quickstart_eval data="$bench" data.split=test limit="$n" \

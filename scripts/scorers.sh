@@ -8,12 +8,12 @@
 #      through that pooling's forward -> experiments/runs/scorers/<pooling>_base (adapter, metrics, test pass);
 #   2. validation frontier (first VAL_LIMIT questions of each in-domain val split): CANOPY fθ over δ, k = 5,
 #      into experiments/runs/frontier_val (run folders named by the pooling, so they never mix with per-node
-#      fθ's); `python experiments/frontier.py choose` then picks each pooling's δ like fθ's;
+#      fθ's); `python -m canopy_lit.studies.frontier choose` then picks each pooling's δ like fθ's;
 #   3. test (full splits): CANOPY fθ and flat leaves at CANOPY's tokens over δ, into experiments/runs/frontier.
 # Every step resumes: a trained adapter is not retrained and every sweep skips its finished run folders, so
 # the script can be stopped and rerun. STEPS="train val" (or "test") runs some steps only. Then
 #   python -m canopy_lit.report pack experiments/runs/frontier_val experiments/runs/frontier
-#   python experiments/frontier.py      # figures and tables, the scorers beside fθ and f0
+#   python -m canopy_lit.studies.frontier      # figures and tables, the scorers beside fθ and f0
 set -euo pipefail
 cd "$(dirname "$0")/.."
 POOLINGS=${POOLINGS:-late cross}
@@ -52,4 +52,4 @@ for pooling in $POOLINGS; do
     sweep data="$BENCHMARKS" refine.descend_margin="$DELTAS" variant=full,flat_matched hydra.sweep.dir=$TEST
   fi
 done
-if has val; then "$PY" experiments/frontier.py choose; fi
+if has val; then "$PY" -m canopy_lit.studies.frontier choose; fi

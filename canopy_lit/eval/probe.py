@@ -63,7 +63,7 @@ def drops_a_leaf(kept_leaves: int, n_leaves: int) -> bool:
     return kept_leaves < n_leaves
 
 
-def _shape_of(depths: Sequence[int], branching: int, where: str) -> Tree:
+def shape_of(depths: Sequence[int], branching: int, where: str) -> Tree:
     """The region tree whose breadth-first node depths are ``depths`` (the leaf count is not recorded):
     a ``Tree`` over placeholder leaves, so the layout is the one refinement walks."""
     n = (len(depths) + 1) // 2 if branching == 2 else 1  # a binary tree over n leaves has 2n - 1 nodes
@@ -99,7 +99,7 @@ def pruned_counts(
             raise ValueError(f"{where}: row {n} lacks a question, item, depth or root_relative ({err})") from err
     out = {"items": 0, "pruned": 0, "not_root": 0}
     for (qid, iid), rows in groups.items():
-        shape = _shape_of([int(r["depth"]) for r in rows], branching, f"{where}: question {qid}, item {iid}")
+        shape = shape_of([int(r["depth"]) for r in rows], branching, f"{where}: question {qid}, item {iid}")
         kept = parent_relative(shape, [float(r["root_relative"]) for r in rows], descend_margin)
         out["items"] += 1
         out["pruned"] += drops_a_leaf(sum(int(shape.ends[v] - shape.starts[v]) for v in kept), shape.n_leaves)

@@ -7,7 +7,7 @@ under ``dir/wandb/`` for a later ``wandb sync``; nothing here needs a network.
 Two entry points:
 
 - ``log_report(runs, images, ...)``: a study report (one W&B run) from run folders,
-  used by ``python -m canopy_lit.report wandb RUN... --project P`` and ``experiments/refresh.py``;
+  used by ``python -m canopy_lit.report wandb RUN... --project P`` and ``canopy_lit/studies/refresh.py``;
 - ``log_eval_run(run_dir, logger_cfg)``: one evaluation run folder, for ``evaluate.py logger=wandb``
   (``canopy_lit.tracking.log_evaluation``) with the ``logger.wandb`` block's Lightning ``WandbLogger``
   keys (project, name, group, tags, save_dir, offline, entity): the run is named as training runs are.

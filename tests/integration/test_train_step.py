@@ -195,7 +195,7 @@ def test_pair_costs_follow_the_batch_pair_kind_not_its_layout(mixed) -> None:
 
 def test_a_loaded_adapter_is_tested_as_ftheta_but_not_fitted() -> None:
     """train=false encoder.adapter=DIR: the module keeps the frozen adapter (no fresh one over it) and refuses
-    to fit it; experiments/retest_recipe.py tests the committed adapters this way."""
+    to fit it; canopy_lit/studies/retest_recipe.py tests the committed adapters this way."""
     enc = load_encoder("minilm", adapter="quickstart")  # the max_seq_length it was trained at
     before = enc.adapter_hash()
     module = NodeEncoderModule(enc)  # was: AssertionError("no trainable LoRA parameters") at construction

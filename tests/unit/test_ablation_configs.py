@@ -129,7 +129,7 @@ FRONTIER_POINTS = [
 
 def test_the_frontier_script_sweeps_its_axes_and_every_point_composes(hydra_ctx) -> None:
     script = (CONFIGS.parent / "scripts" / "frontier.sh").read_text()
-    assert "+ablation=frontier" in script and "experiments/frontier.py choose" in script
+    assert "+ablation=frontier" in script and "canopy_lit.studies.frontier choose" in script
     assert "data.split=val" in script  # δ is chosen on validation before any test sweep
     for overrides, (refiner, frozen, value, k) in FRONTIER_POINTS:
         cfg = compose("evaluate", overrides=["+ablation=frontier", "adapter=/tmp/adapter", *overrides.split()],

@@ -36,7 +36,7 @@ PUBLIC_PACKAGES = [
     "canopy_lit.visual",
 ]
 # Packages that export nothing by __all__ and are documented module by module (or are internal wiring).
-MODULE_BY_MODULE = {"canopy_lit.adapters", "canopy_lit.integrations", "canopy_lit.report", "canopy_lit.pipeline",
+MODULE_BY_MODULE = {"canopy_lit.adapters", "canopy_lit.integrations", "canopy_lit.report", "canopy_lit.pipeline", "canopy_lit.studies",
                     "canopy_lit.eval", "canopy_lit.schema"}  # fmt: skip
 
 _DIRECTIVE = re.compile(r"^::: *(\S+)\n((?:    .*\n|\n)*)", re.M)

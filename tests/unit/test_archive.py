@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import json
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
-from runfolders import ROOT, make_multirun, make_probe_run
+from runfolders import make_multirun, make_probe_run
 
 from canopy_lit.report.__main__ import main as report_main
 from canopy_lit.report.archive import ArchiveError, ensure_unpacked, pack, read_archive, unpack, write_archive
 from canopy_lit.report.runs import find_runs
-
-sys.path.insert(0, str(ROOT / "experiments"))
-import recipe  # noqa: E402
+from canopy_lit.studies import recipe
 
 JOBS = [dict(method=m, name="hotpotqa", refine=r, max_rounds=rounds, k=k, n=2)
         for m, r, rounds in (("vanilla", "keep_whole", 1), ("canopy", "parent_relative", 2)) for k in (2, 4)]  # fmt: skip

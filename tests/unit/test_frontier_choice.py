@@ -1,4 +1,4 @@
-"""The frontier study's operating point and verdicts (experiments/frontier.py): chosen on validation tokens only."""
+"""The frontier study's operating point and verdicts (canopy_lit/studies/frontier.py): chosen on validation tokens only."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from canopy_lit.report.archive import unpack
-from experiments import frontier
+from canopy_lit.studies import frontier
 
 
 def point(bench: str, method: str, tokens: float, scorer: str | None = "fθ", delta: float | None = 0.0, k: int = 5,

@@ -1,8 +1,8 @@
-"""experiments/recount_near_ties.py: the before -> after of the descend rule's tie tolerance, from node rows."""
+"""canopy_lit/studies/recount_near_ties.py: the before -> after of the descend rule's tie tolerance, from node rows."""
 
 from __future__ import annotations
 
-from experiments.recount_near_ties import near_tie_counts
+from canopy_lit.studies.recount_near_ties import near_tie_counts
 
 
 def _rows(scores: list[float]) -> list[dict]:

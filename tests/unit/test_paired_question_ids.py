@@ -15,7 +15,7 @@ if str(ROOT) not in sys.path:
 
 from canopy_lit.eval.evidence_stats import compare_runs, scored_records  # noqa: E402
 from canopy_lit.metrics import paired_bootstrap_ci, ratio_bootstrap_ci  # noqa: E402
-from experiments import paired  # noqa: E402
+from canopy_lit.studies import paired  # noqa: E402
 
 
 def _run(folder: Path, records: list[dict], ids: list[str] | None) -> Path:

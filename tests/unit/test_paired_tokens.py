@@ -1,4 +1,4 @@
-"""experiments/paired.py's token split: the operating point's loop tokens = what the loop retrieved x the
+"""canopy_lit/studies/paired.py's token split: the operating point's loop tokens = what the loop retrieved x the
 share refinement kept, beside the share the same δ keeps in the frontier's single round."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from experiments.paired import token_rows  # noqa: E402
+from canopy_lit.studies.paired import token_rows  # noqa: E402
 
 
 def _kept(item: str, item_tokens: int, delivered: int, legacy: bool = False) -> dict:

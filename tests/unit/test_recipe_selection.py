@@ -1,4 +1,4 @@
-"""The recipe study's validation selection (experiments/recipe.py): pooled accuracy, the recall-constrained
+"""The recipe study's validation selection (canopy_lit/studies/recipe.py): pooled accuracy, the recall-constrained
 choice, and rule (c)'s paired recall margin."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.recipe import (
+from canopy_lit.studies.recipe import (
     _overrides,
     choose_margin,
     mpnet_selection,

@@ -1,19 +1,16 @@
-"""``python experiments/refresh.py --check``: every generated table, plot and block against its run folders."""
+"""``python -m canopy_lit.studies.refresh --check``: every generated table, plot and block against its run folders."""
 
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 from matplotlib.figure import Figure
-from runfolders import ROOT, make_multirun
+from runfolders import make_multirun
 
 from canopy_lit.report.archive import pack
-
-sys.path.insert(0, str(ROOT / "experiments"))
-import refresh  # noqa: E402
+from canopy_lit.studies import refresh
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,9 @@
-"""experiments/retest_recipe.py: a committed adapter tested again replaces only the test keys, and only when
+"""canopy_lit/studies/retest_recipe.py: a committed adapter tested again replaces only the test keys, and only when
 the in-domain ones (whose gold did not change) come out as committed."""
 
 from __future__ import annotations
 
-from experiments.retest_recipe import in_domain_mismatches, merged, rows
+from canopy_lit.studies.retest_recipe import in_domain_mismatches, merged, rows
 
 
 def test_the_retest_replaces_every_test_key_and_keeps_the_training_ones() -> None:

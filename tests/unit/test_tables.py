@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,9 +15,7 @@ from canopy_lit.report import render
 from canopy_lit.report.__main__ import main as report_main
 from canopy_lit.report.runs import find_runs, load_run
 from canopy_lit.report.tables import qa_rows, render_study, split_settings, write_tables
-
-sys.path.insert(0, str(ROOT / "experiments"))
-import refresh  # noqa: E402
+from canopy_lit.studies import refresh
 
 
 @pytest.fixture(scope="module")
@@ -188,11 +185,11 @@ def test_refresh_rewrites_only_generated_blocks(studies: Path, tmp_path: Path) -
         "<!-- BEGIN table:branching -->\nGENERATED ON ANOTHER MACHINE\n<!-- END table:branching -->\n"
         "<!-- BEGIN table:flat -->\n<!-- END table:flat -->\n"
         "<!-- BEGIN plot:quality_vs_tokens -->\n<!-- END plot:quality_vs_tokens -->\n"
-        "<!-- BEGIN table:paired -->\nPAIRED (experiments/paired.py owns it)\n<!-- END table:paired -->\ntail\n"
+        "<!-- BEGIN table:paired -->\nPAIRED (canopy_lit/studies/paired.py owns it)\n<!-- END table:paired -->\ntail\n"
     )
     written = refresh.refresh(studies, tmp_path / "exp", [doc])
     text = doc.read_text()
-    assert "\nPAIRED (experiments/paired.py owns it)\n" in text  # a block of another generator stays
+    assert "\nPAIRED (canopy_lit/studies/paired.py owns it)\n" in text  # a block of another generator stays
     assert text.startswith("# Title\nhand-written\n") and text.endswith("tail\n") and "STALE" not in text
     assert "| canopy | 2 |" in text  # the k table
     # no runs here: a generated block stays, an empty one gets the placeholder

@@ -1,8 +1,8 @@
 """Test the recipe study's committed adapters again under today's gold (resumable), then swap the test keys in.
 
-    python experiments/retest_recipe.py run [--only base,cosine]   # one test pass per row, resumable
-    python experiments/retest_recipe.py run --reverse               # a second process beside the first
-    python experiments/retest_recipe.py swap                        # once every row has its metrics.json
+    python -m canopy_lit.studies.retest_recipe run [--only base,cosine]   # one test pass per row, resumable
+    python -m canopy_lit.studies.retest_recipe run --reverse               # a second process beside the first
+    python -m canopy_lit.studies.retest_recipe swap                        # once every row has its metrics.json
 
 The one operand rule (issue 44, item 3) changed the gold of 3 TAT-QA test questions, one of them inside the
 seeded 126 that every recipe row tested zero-shot, so the recipe table's TAT-QA columns (and the pooled stop /
@@ -13,7 +13,7 @@ benchmarks, the seeded test subsets, the split seed) and runs ``train.py``'s tes
 with the adapter loaded as fθ, into ``experiments/runs/_retest_recipe/<row>`` (not committed). A killed row is
 run again from the start (a test pass is minutes). The in-domain test keys must come out equal to the committed
 ones (their gold did not change): ``swap`` refuses a row where they do not, then replaces every ``test/*`` key
-of the row's metrics.json in the archive and packs it; ``python experiments/refresh.py`` regenerates the table.
+of the row's metrics.json in the archive and packs it; ``python -m canopy_lit.studies.refresh`` regenerates the table.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-ROOT = Path(__file__).resolve().parents[1]
+from canopy_lit.studies import PROJECT_ROOT as ROOT
+
 RUNS = ROOT / "experiments" / "runs"
 ARCHIVE = RUNS / "recipe.zip"
 STAGE = RUNS / "_retest_recipe"
@@ -148,8 +149,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="comma-separated rows (default: every row with an adapter)")
     ap.add_argument("--reverse", action="store_true", help="last row first (a second process beside a first)")
     args = ap.parse_args(argv)
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
     if args.command == "swap":
         return cmd_swap()
     return cmd_run([r for r in args.only.split(",") if r], args.reverse)

@@ -1,8 +1,8 @@
 """Rerun the committed TAT-QA probe runs under the current gold rule (resumable), then swap them into the archives.
 
-    python experiments/rerun_tatqa.py run [--only probe,margin,selection_test,zeroshot_all]
-    python experiments/rerun_tatqa.py run --changed-only --only frontier,frontier_val,evidence_ftheta
-    python experiments/rerun_tatqa.py swap    # once every rerun has its metrics.json
+    python -m canopy_lit.studies.rerun_tatqa run [--only probe,margin,selection_test,zeroshot_all]
+    python -m canopy_lit.studies.rerun_tatqa run --changed-only --only frontier,frontier_val,evidence_ftheta
+    python -m canopy_lit.studies.rerun_tatqa swap    # once every rerun has its metrics.json
 
 The TAT-QA gold rows changed with the one operand rule (issue 44, item 3): a derivation's formula constants
 ("/2", "*100") no longer mark rows gold. Every committed TAT-QA probe run counted against the old gold, and
@@ -17,7 +17,7 @@ gold leaves their delivered ranges cover, differ from what the record holds): ev
 and answers only those questions again, under the same settings (it refuses a folder made with other
 settings), then writes metrics.json over all records. ``swap``
 unpacks each archive, replaces the old run folders by the reruns and packs the archive again; then run
-``python experiments/refresh.py`` for the tables.
+``python -m canopy_lit.studies.refresh`` for the tables.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-ROOT = Path(__file__).resolve().parents[1]
+from canopy_lit.studies import PROJECT_ROOT as ROOT
+
 RUNS = ROOT / "experiments" / "runs"
 STAGE = RUNS / "_rerun_tatqa"
 # study archive -> the prefix of its TAT-QA run folders (every run.json under it with data=tatqa is rerun)
@@ -226,8 +227,6 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(studies) - set(TARGETS))
     if unknown:
         ap.error(f"unknown studies {unknown}; choose from {sorted(TARGETS)}")
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
     return cmd_run(studies, args.changed_only) if args.command == "run" else cmd_swap(studies)
 
 

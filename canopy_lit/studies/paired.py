@@ -1,4 +1,4 @@
-"""The paired end-to-end table from the run folders of ``scripts/paired.sh``: ``python experiments/paired.py``.
+"""The paired end-to-end table from the run folders of ``scripts/paired.sh``: ``python -m canopy_lit.studies.paired``.
 
 Reads ``experiments/runs/paired/<benchmark>/<system>/predictions.jsonl`` (unpacked from
 ``experiments/runs/paired.zip`` first), keeps the questions that every
@@ -24,14 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # runnable from a source checkout without installing
-    sys.path.insert(0, str(ROOT))
-
-from canopy_lit.eval.evidence_stats import scored_records  # noqa: E402
-from canopy_lit.markdown import md_table  # noqa: E402
-from canopy_lit.metrics import paired_bootstrap_ci  # noqa: E402
-from canopy_lit.report.archive import ensure_unpacked  # noqa: E402
+from canopy_lit.eval.evidence_stats import scored_records
+from canopy_lit.markdown import md_table
+from canopy_lit.metrics import paired_bootstrap_ci
+from canopy_lit.report.archive import ensure_unpacked
+from canopy_lit.studies import PROJECT_ROOT as ROOT
 
 SYSTEMS = {
     "canopy": "canopy (δ = 0)",

@@ -1,6 +1,6 @@
 """What the near-tie tolerance of the descend rule moves in the committed probe runs (no model rerun).
 
-    python experiments/recount_near_ties.py [experiments/runs/<study>.zip ...]   # default: every archive
+    python -m canopy_lit.studies.recount_near_ties [experiments/runs/<study>.zip ...]   # default: every archive
 
 Refinement descends into a child c of v when s(c) >= s(v) + δ. That was a strict float comparison; it is now
 taken up to ``canopy_lit.refine.TIE_TOLERANCE`` (1e-5), because the same node's score moves by ~1e-7 with
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -26,13 +25,10 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # runnable from a source checkout without installing
-    sys.path.insert(0, str(ROOT))
-
-from canopy_lit.eval.probe import _shape_of, drops_a_leaf  # noqa: E402
-from canopy_lit.refine import rule as refine  # noqa: E402  (the rule reads TIE_TOLERANCE from its own module)
-from canopy_lit.report.archive import run_folders, unpack  # noqa: E402
+from canopy_lit.eval.probe import drops_a_leaf, shape_of
+from canopy_lit.refine import rule as refine  # the rule reads TIE_TOLERANCE from its own module
+from canopy_lit.report.archive import run_folders, unpack
+from canopy_lit.studies import PROJECT_ROOT as ROOT
 
 FIELDS = ("comparisons", "exact_ties", "in_band", "items", "items_changed", "pruned_strict", "pruned_tolerant")
 
@@ -53,7 +49,7 @@ def near_tie_counts(node_rows: Iterable[Mapping[str, Any]], branching: int, delt
         groups.setdefault((str(row["question"]), str(row["item"])), []).append(row)
     out = dict.fromkeys(FIELDS, 0)
     for (qid, iid), rows in groups.items():
-        shape = _shape_of([int(r["depth"]) for r in rows], branching, f"{where}: question {qid}, item {iid}")
+        shape = shape_of([int(r["depth"]) for r in rows], branching, f"{where}: question {qid}, item {iid}")
         scores = [float(r["root_relative"]) for r in rows]
         for v in range(len(shape)):
             for c in shape.children[v]:

@@ -1,4 +1,4 @@
-"""The node-encoder recipe ablation table from training run folders: ``python experiments/recipe.py``.
+"""The node-encoder recipe ablation table from training run folders: ``python -m canopy_lit.studies.recipe``.
 
 Each run folder is one ``python train.py experiment=quickstart <overrides>`` (its metrics.json holds the
 best validation score and the test metrics of f0 and fθ). Rows are selected on validation only
@@ -6,27 +6,23 @@ best validation score and the test metrics of f0 and fθ). Rows are selected on 
 and rewrites the ``<!-- BEGIN table:recipe -->`` block (and the probe, margin and selection blocks) of
 experiments/recipe.md; the study archives under experiments/runs are unpacked first.
 
-    python experiments/recipe.py [--runs experiments/runs]
+    python -m canopy_lit.studies.recipe [--runs experiments/runs]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from canopy_lit.markdown import md_table  # noqa: E402
-from canopy_lit.metrics import paired_ratio_bootstrap_ci  # noqa: E402
-from canopy_lit.report.archive import ensure_unpacked  # noqa: E402
-from experiments.paired import replace_block  # noqa: E402
+from canopy_lit.markdown import md_table
+from canopy_lit.metrics import paired_ratio_bootstrap_ci
+from canopy_lit.report.archive import ensure_unpacked
+from canopy_lit.studies import PROJECT_ROOT as ROOT
+from canopy_lit.studies.paired import replace_block
 
 BENCHES = ("hotpotqa", "nq", "ottqa", "tatqa")
 

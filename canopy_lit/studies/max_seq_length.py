@@ -1,6 +1,6 @@
 """Truncation at a given encoder ``max_seq_length``: gold roots cut off, parent/child pairs made identical.
 
-    python experiments/max_seq_length.py --data ottqa tatqa --lengths 256 512 [--split test] [--limit N]
+    python -m canopy_lit.studies.max_seq_length --data ottqa tatqa --lengths 256 512 [--split test] [--limit N]
 
 For every located gold item of the split's questions (each item once), every node text is tokenised
 with MiniLM's own tokenizer (special tokens included, as the encoder sees it). A node is truncated

@@ -12,7 +12,7 @@ then applied unchanged to the *dev* questions.
 
 Usage::
 
-    python experiments/critic_eval.py --model qwen2.5-1.5b --n-train 30 --n-dev 40 \\
+    python -m canopy_lit.studies.critic_eval --model qwen2.5-1.5b --n-train 30 --n-dev 40 \\
         --out outputs/critic_eval/qwen2.5-1.5b.json
 """
 
@@ -27,8 +27,7 @@ from typing import Any
 from canopy_lit.control import LLMCritic
 from canopy_lit.data import load_benchmark
 from canopy_lit.llm import ParseStats, load_llm
-
-ROOT = Path(__file__).resolve().parents[1]
+from canopy_lit.studies import PROJECT_ROOT as ROOT
 
 
 def conditions(bench: Any, n: int) -> list[dict[str, Any]]:

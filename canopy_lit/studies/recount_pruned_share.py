@@ -1,6 +1,6 @@
 """Recount ``probe/pruned_share`` of committed probe runs from their own per-node rows (no model rerun).
 
-    python experiments/recount_pruned_share.py [experiments/runs/<study>.zip ...]   # default: every archive
+    python -m canopy_lit.studies.recount_pruned_share [experiments/runs/<study>.zip ...]   # default: every archive
 
 ``probe/pruned_share`` once counted every gold item whose kept set was not the root alone, so an item split
 into children that together keep every leaf counted as pruned; it now counts an item only when a leaf is
@@ -29,13 +29,10 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # runnable from a source checkout without installing
-    sys.path.insert(0, str(ROOT))
-
-from canopy_lit.eval.probe import pruned_counts  # noqa: E402
-from canopy_lit.eval.summary import markdown_table  # noqa: E402
-from canopy_lit.report.archive import pack, run_folders, unpack  # noqa: E402
+from canopy_lit.eval.probe import pruned_counts
+from canopy_lit.eval.summary import markdown_table
+from canopy_lit.report.archive import pack, run_folders, unpack
+from canopy_lit.studies import PROJECT_ROOT as ROOT
 
 KEY = "probe/pruned_share"
 

@@ -1,4 +1,4 @@
-"""Regenerate every table, plot and generated block of experiments/ and README.md: ``python experiments/refresh.py``.
+"""Regenerate every table, plot and generated block of experiments/ and README.md: ``python -m canopy_lit.studies.refresh``.
 
 Every generator reads run folders under ``experiments/runs/`` (a study archive ``<study>.zip`` is unpacked
 into ``<study>/`` first, ``canopy_lit.report.archive``) and writes:
@@ -13,8 +13,8 @@ into ``<study>/`` first, ``canopy_lit.report.archive``) and writes:
 
 - the evidence study with fθ (``experiments/runs/evidence_ftheta``) -> ``tables/evidence_ftheta.md`` and
   ``img/evidence_ftheta_answer_recall_vs_tokens.png``;
-- ``experiments/recipe.py`` (tables/recipe.md, the recipe, margin and selection plots, experiments/recipe.md),
-  ``experiments/paired.py`` (tables/paired.md and paired_tokens.md, the ``table:paired*`` blocks) and ``experiments/frontier.py``
+- ``canopy_lit/studies/recipe.py`` (tables/recipe.md, the recipe, margin and selection plots, experiments/recipe.md),
+  ``canopy_lit/studies/paired.py`` (tables/paired.md and paired_tokens.md, the ``table:paired*`` blocks) and ``canopy_lit/studies/frontier.py``
   (the frontier figure, its tables and operating point, the ``table:frontier_*`` blocks).
 
 Nothing in those blocks is typed by hand; a study without runs here keeps its block as it is (generated
@@ -41,15 +41,12 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # runnable from a source checkout without installing
-    sys.path.insert(0, str(ROOT))
-
-from canopy_lit.report import plots  # noqa: E402
-from canopy_lit.report.archive import ensure_unpacked, unpack  # noqa: E402
-from canopy_lit.report.runs import Run, find_runs, group_studies  # noqa: E402
-from canopy_lit.report.tables import render_study, study_rows, write_csv  # noqa: E402
-from experiments import frontier, paired, recipe  # noqa: E402
+from canopy_lit.report import plots
+from canopy_lit.report.archive import ensure_unpacked, unpack
+from canopy_lit.report.runs import Run, find_runs, group_studies
+from canopy_lit.report.tables import render_study, study_rows, write_csv
+from canopy_lit.studies import PROJECT_ROOT as ROOT
+from canopy_lit.studies import frontier, paired, recipe
 
 log = logging.getLogger("refresh")
 
@@ -90,7 +87,7 @@ def study_runs(runs: Sequence[Run]) -> dict[str, list[Run]]:
 
 
 def placeholder(kind: str, name: str) -> str:
-    return f"_No runs yet for `{name}`: run its command above, then `python experiments/refresh.py`._\n"
+    return f"_No runs yet for `{name}`: run its command above, then `python -m canopy_lit.studies.refresh`._\n"
 
 
 def update_blocks(doc: Path, tables: dict[str, str], images: dict[str, Path], kept: list[str] | None = None) -> int:
@@ -292,7 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(line)
             for line in problems:
                 print(f"error: {line}", file=sys.stderr)
-            print(f"{len(problems)} difference(s); regenerate with `python experiments/refresh.py`" if problems
+            print(f"{len(problems)} difference(s); regenerate with `python -m canopy_lit.studies.refresh`" if problems
                   else "every generated table, plot and block matches its run folders")  # fmt: skip
             return 1 if problems else 0
         written = regenerate(ROOT, [Path(o) for o in args.outputs], wandb_project=args.wandb_project)
