@@ -11,9 +11,10 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from annotated_types import Ge, Interval
 
 from canopy_lit.carve.generate import CarveReader, evidence_blocks, winner_distribution
 from canopy_lit.carve.metrics import Window, answer_accuracy, recall_at_k, top1_tiou
@@ -51,13 +52,13 @@ class CarvePipeline:
         corpus: ClipCorpus,
         method: ClipRanking,
         *,
-        k: int = 3,
-        pool_k: int = 3,
+        k: Annotated[int, Ge(1)] = 3,
+        pool_k: Annotated[int, Ge(1)] = 3,
         reader: CarveReader | None = None,
-        scope: str = "corpus",
+        scope: Literal["corpus", "video"] = "corpus",
         recall_ks: Sequence[int] = (1, 3),
-        min_iou: float = 0.0,
-        workers: int = 4,
+        min_iou: Annotated[float, Interval(ge=0, le=1)] = 0.0,
+        workers: Annotated[int, Ge(1)] = 4,
     ) -> None:
         if scope not in ("corpus", "video"):
             raise ValueError(f"carve.scope must be 'corpus' or 'video', got {scope!r}")

@@ -4,7 +4,9 @@ the follow-up query when it does not."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, get_args
+
+from annotated_types import Interval
 
 from canopy_lit.control.base import Decision
 from canopy_lit.llm import prompts
@@ -13,6 +15,7 @@ from canopy_lit.llm.context import fit_evidence, yes_probability
 from canopy_lit.llm.parsing import PARSE_STATS, CriticVerdict, ParseStats, parse_critic, parse_followup
 from canopy_lit.types import Question
 
+CriticMode = Literal["logprob", "json"]  # critic.mode
 #: Used when neither the critic nor the model config gives a threshold; uncalibrated.
 DEFAULT_YES_THRESHOLD = 0.5
 #: The critic's JSON budget (verdict or follow-up query).
@@ -46,7 +49,7 @@ class LLMCritic:
     def __init__(
         self,
         llm: LLM,
-        mode: Literal["json", "logprob"] = "logprob",
+        mode: CriticMode = "logprob",
         threshold: float | None = None,
         *,
         followup: bool = True,
@@ -55,7 +58,7 @@ class LLMCritic:
         constrained: bool = True,
         stats: ParseStats | None = None,
     ) -> None:
-        if mode not in ("json", "logprob"):
+        if mode not in get_args(CriticMode):
             raise ValueError(f"LLMCritic: mode must be 'json' or 'logprob', got {mode!r}")
         self.llm = llm
         self.mode = mode
@@ -116,7 +119,9 @@ class LLMCritic:
         )
 
 
-def critic_controller(llm: Any, mode: str = "logprob", threshold: float | None = None) -> LLMCritic:
+def critic_controller(
+    llm: Any, mode: CriticMode = "logprob", threshold: Annotated[float, Interval(ge=0.0, le=1.0)] | None = None
+) -> LLMCritic:
     """``controller=critic`` (CANOPY): ``critic.mode`` logprob | json, ``critic.threshold`` (None = the
     llm config's calibrated value)."""
     return LLMCritic(llm, mode=mode, threshold=threshold)

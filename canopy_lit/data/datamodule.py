@@ -15,9 +15,10 @@ import logging
 import math
 import random
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import lightning as L
+from annotated_types import Ge, Interval
 from torch.utils.data import DataLoader, SequentialSampler
 
 from canopy_lit.data.benchmark import load_benchmark
@@ -122,15 +123,15 @@ class PreferenceDataModule(L.LightningDataModule):
         options: Mapping[str, Mapping[str, Any] | None] | None = None,
         zero_shot: Mapping[str, Mapping[str, Any] | None] | Sequence[str] = (),
         tree: Hierarchy | None = None,
-        branching: int | None = None,
-        batch_size: int = 16,
-        num_workers: int = 0,
+        branching: Annotated[int, Ge(2)] | None = None,
+        batch_size: Annotated[int, Ge(1)] = 16,
+        num_workers: Annotated[int, Ge(0)] = 0,
         pin_memory: bool = False,
         persistent_workers: bool = False,
         seed: int = 0,
-        val_fraction: float = 0.1,
+        val_fraction: Annotated[float, Interval(ge=0, lt=1)] = 0.1,
         group_by_item: bool = False,
-        hard_negatives: int = 0,
+        hard_negatives: Annotated[int, Ge(0)] = 0,
         split_seed: int = 0,
         node_pooling: str = "node",
     ) -> None:

@@ -28,7 +28,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from canopy_lit.data.base import Benchmark
 from canopy_lit.data.benchmark import load_benchmark
@@ -164,7 +164,7 @@ def split_report(
 def load_split(
     name: str,
     path: str | None = None,
-    split: str = "all",
+    split: Literal["train", "val", "test", "all"] = "all",
     seed: int = 0,
     options: dict | None = None,
     reader: str | None = None,

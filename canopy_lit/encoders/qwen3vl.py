@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 import torch.nn.functional as F
+from annotated_types import Ge
 
 from canopy_lit.adapters import resolve_adapter
 from canopy_lit.encoders.base import EncoderInput, NodeEncoder, adapter_scale_of, input_text
@@ -125,14 +126,14 @@ class Qwen3VLEncoder(NodeEncoder):
         backbone: str = QWEN3VL_HUB_ID,
         adapter: str | Path | None = None,
         adapter_scale: float = 1.0,
-        max_seq_length: int | None = None,
+        max_seq_length: Annotated[int, Ge(1)] | None = None,
         torch_dtype: str | torch.dtype = "float32",
         query_instruction: str = DEFAULT_INSTRUCTION,
         node_instruction: str = DEFAULT_INSTRUCTION,
-        batch_size: int = 8,
+        batch_size: Annotated[int, Ge(1)] = 8,
         device: str | torch.device = "cpu",
-        max_pixels: int = 1280 * 28 * 28,
-        max_frames_per_node: int | None = 8,
+        max_pixels: Annotated[int, Ge(1)] = 1280 * 28 * 28,
+        max_frames_per_node: Annotated[int, Ge(1)] | None = 8,
         model: Any = None,
         tokenizer: Any = None,
         processor: Any = None,

@@ -6,10 +6,11 @@ import contextlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import torch
 import torch.nn.functional as F
+from annotated_types import Ge
 
 from canopy_lit.adapters import resolve_adapter
 from canopy_lit.encoders.base import (
@@ -126,12 +127,12 @@ class TextEncoder(NodeEncoder):
         backbone: str = "minilm",
         adapter: str | Path | None = None,
         adapter_scale: float = 1.0,
-        max_seq_length: int | None = None,
-        pooling: str | None = None,
-        batch_size: int = 64,
+        max_seq_length: Annotated[int, Ge(1)] | None = None,
+        pooling: Literal["mean", "cls"] | None = None,
+        batch_size: Annotated[int, Ge(1)] = 64,
         device: str | torch.device = "cpu",
-        max_batch_tokens: int | None = None,
-        node_pooling: str = "node",
+        max_batch_tokens: Annotated[int, Ge(1)] | None = None,
+        node_pooling: Literal["node", "late", "late_region", "cross"] = "node",
     ) -> None:
         super().__init__()
         if node_pooling not in NODE_POOLINGS:

@@ -7,6 +7,9 @@ it in a ``Hierarchy``; tree shape and refinement need no change.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Annotated
+
+from annotated_types import Ge
 
 from canopy_lit.hierarchy.base import (
     ELISION,
@@ -32,7 +35,7 @@ class Hierarchy:
         builders: optional overrides, e.g. a ``VideoTreeBuilder`` with a describer.
     """
 
-    def __init__(self, branching: int = 2, builders: Sequence[TreeBuilder] | None = None) -> None:
+    def __init__(self, branching: Annotated[int, Ge(2)] = 2, builders: Sequence[TreeBuilder] | None = None) -> None:
         if branching < 2:
             raise ValueError(f"tree.branching must be >= 2, got {branching}")
         self.branching = branching

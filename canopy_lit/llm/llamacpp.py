@@ -14,9 +14,10 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import httpx
+from annotated_types import Ge
 
 from canopy_lit.llm.base import (
     BaseLLM,
@@ -69,10 +70,10 @@ class LlamaCppLLM(BaseLLM):
         self,
         model: str | os.PathLike[str] = "qwen2.5-1.5b",
         *,
-        n_ctx: int = 4096,
-        n_threads: int | None = None,
-        n_parallel: int = 1,
-        n_batch: int = 512,
+        n_ctx: Annotated[int, Ge(1)] = 4096,
+        n_threads: Annotated[int, Ge(1)] | None = None,
+        n_parallel: Annotated[int, Ge(1)] = 1,
+        n_batch: Annotated[int, Ge(1)] = 512,
         seed: int = 0,
         multimodal: bool = False,
         calibration: dict[str, float] | None = None,

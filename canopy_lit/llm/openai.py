@@ -17,7 +17,9 @@ import re
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+from annotated_types import Ge, Gt
 
 from canopy_lit.llm.base import (
     BaseLLM,
@@ -81,9 +83,9 @@ class OpenAILLM(BaseLLM):
         *,
         base_url: str = "http://127.0.0.1:8000/v1",
         api_key_env: str | None = "OPENAI_API_KEY",
-        timeout: float = 60.0,
-        max_retries: int = 4,
-        max_concurrency: int = 8,
+        timeout: Annotated[float, Gt(0)] = 60.0,
+        max_retries: Annotated[int, Ge(0)] = 4,
+        max_concurrency: Annotated[int, Ge(1)] = 8,
         multimodal: bool = False,
         tokenizer: str | None = None,
         context_length: int | None = None,

@@ -12,7 +12,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+from annotated_types import Ge, Interval
 
 from canopy_lit.llm.base import (
     BaseLLM,
@@ -50,9 +52,9 @@ class VLLMLLM(BaseLLM):
         self,
         model: str,
         *,
-        tensor_parallel_size: int = 1,
-        gpu_memory_utilization: float = 0.85,
-        max_model_len: int | None = 8192,
+        tensor_parallel_size: Annotated[int, Ge(1)] = 1,
+        gpu_memory_utilization: Annotated[float, Interval(gt=0, le=1)] = 0.85,
+        max_model_len: Annotated[int, Ge(1)] | None = 8192,
         seed: int = 0,
         multimodal: bool = False,
         trust_remote_code: bool = False,

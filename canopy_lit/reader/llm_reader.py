@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Annotated
+
+from annotated_types import Ge
 
 from canopy_lit.llm import prompts
 from canopy_lit.llm.base import LLM
@@ -25,7 +28,7 @@ class LLMReader:
     """Answers from the kept evidence: a short answer, or an option letter for multiple choice (scored by
     letter). ``answer`` is the loop's ``Reader``; ``read`` also gives the chosen option's text and the raw reply."""
 
-    def __init__(self, llm: LLM, *, max_tokens: int = 32, stats: ParseStats | None = None) -> None:
+    def __init__(self, llm: LLM, *, max_tokens: Annotated[int, Ge(1)] = 32, stats: ParseStats | None = None) -> None:
         self.llm = llm
         self.max_tokens = max_tokens
         self.stats = stats or PARSE_STATS

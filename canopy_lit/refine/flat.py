@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Annotated
 
 import numpy as np
+from annotated_types import Ge, Interval
 
 from canopy_lit.hierarchy import Hierarchy, TokenCounter
 from canopy_lit.llm.tokenizers import token_counter
@@ -74,7 +76,7 @@ class FlatTopMRefiner:
     needs_scores = True
     lazy = False
 
-    def __init__(self, m: int = 10) -> None:
+    def __init__(self, m: Annotated[int, Ge(1)] = 10) -> None:
         if m < 1:
             raise ValueError(f"refine.m must be >= 1, got {m}")
         self.m = m
@@ -115,7 +117,7 @@ class FlatMatchedRefiner:
         tokenizer: str,
         reference: Refiner | None = None,
         hierarchy: Hierarchy | None = None,
-        descend_margin: float = 0.0,
+        descend_margin: Annotated[float, Interval(ge=-1.0, le=1.0)] = 0.0,
     ) -> None:
         if reference is not None and descend_margin:
             raise ValueError("refine.descend_margin sets the default reference's δ: set it on refine.reference")
@@ -184,7 +186,7 @@ class ExtractiveRefiner:
     needs_scores = True
     lazy = True  # the loop then calls ``refine_lazily``: leaves only are encoded
 
-    def __init__(self, m: int = 5) -> None:
+    def __init__(self, m: Annotated[int, Ge(1)] = 5) -> None:
         if m < 1:
             raise ValueError(f"refine.m must be >= 1, got {m}")
         self.m = int(m)

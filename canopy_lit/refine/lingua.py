@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Annotated
+
+from annotated_types import Interval
 
 from canopy_lit.hierarchy import ELISION, Hierarchy
 from canopy_lit.refine.rule import KeepWholeRefiner
@@ -39,7 +42,7 @@ class LongLLMLinguaRefiner(KeepWholeRefiner):
     def __init__(
         self,
         model: str = "smollm2-135m",
-        rate: float = 0.55,
+        rate: Annotated[float, Interval(gt=0.0, le=1.0)] = 0.55,
         condition_in_question: str = "after_condition",
         dynamic_context_compression_ratio: float = 0.3,
         context_budget: str = "+100",

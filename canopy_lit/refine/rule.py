@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Annotated, Protocol
 
 import numpy as np
+from annotated_types import Interval
 
 from canopy_lit.types import Tree
 
@@ -180,7 +181,12 @@ class ParentRelativeRefiner:
 
     needs_scores = True
 
-    def __init__(self, lazy: bool = True, descend_margin: float = 0.0, item_margin: float | None = None) -> None:
+    def __init__(
+        self,
+        lazy: bool = True,
+        descend_margin: Annotated[float, Interval(ge=-1.0, le=1.0)] = 0.0,  # on cosines: |δ| > 1 is a typo
+        item_margin: Annotated[float, Interval(ge=0.0, le=2.0)] | None = None,  # a cosine gap over 2 drops nothing
+    ) -> None:
         if item_margin is not None and not (math.isfinite(item_margin) and item_margin >= 0):
             raise ValueError(f"item_margin must be None or a finite number >= 0, got {item_margin}")
         self.lazy = lazy

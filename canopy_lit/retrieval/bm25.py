@@ -16,10 +16,11 @@ import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import bm25s
 import numpy as np
+from annotated_types import Ge, Interval
 
 from canopy_lit.assets import default_cache_dir
 from canopy_lit.hierarchy import Hierarchy
@@ -216,12 +217,12 @@ def build_bm25_retriever(
     encoder: Any = None,
     benchmarks: Sequence[str] = ("nq", "hotpotqa", "ottqa", "tatqa"),
     cache_dir: str | Path | None = None,
-    k1: float = 1.5,
-    b: float = 0.75,
-    method: str = "lucene",
+    k1: Annotated[float, Ge(0)] = 1.5,
+    b: Annotated[float, Interval(ge=0, le=1)] = 0.75,
+    method: Literal["lucene", "robertson", "atire", "bm25l", "bm25+"] = "lucene",
     stemmer: str | None = "english",
     stopwords: str | None = "english",
-    n_threads: int = 1,
+    n_threads: Annotated[int, Ge(0)] = 1,
     routing: bool = False,
     router: Any = None,
     benchmark_options: Mapping[str, Mapping[str, Any]] | None = None,

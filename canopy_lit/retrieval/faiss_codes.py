@@ -7,13 +7,14 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 
 log = logging.getLogger(__name__)
 
-KINDS = ("flat_sq_fp16", "flat", "ivfpq")
+IndexKind = Literal["flat_sq_fp16", "flat", "ivfpq"]  # retrieval.index
+KINDS: tuple[str, ...] = get_args(IndexKind)
 
 
 def faiss_module():

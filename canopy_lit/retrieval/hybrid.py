@@ -11,7 +11,9 @@ import time
 from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
+
+from annotated_types import Ge
 
 from canopy_lit.retrieval.base import Retrieval, SingleQueryMixin, record_batch
 from canopy_lit.retrieval.bm25 import build_bm25_retriever
@@ -116,8 +118,8 @@ def build_hybrid_retriever(
     encoder: Any,
     benchmarks: Sequence[str] = ("nq", "hotpotqa", "ottqa", "tatqa"),
     cache_dir: str | Path | None = None,
-    rrf_k: int = 60,
-    depth: int = 100,
+    rrf_k: Annotated[int, Ge(0)] = 60,  # 1-based ranks, so rrf_k = 0 is still defined
+    depth: Annotated[int, Ge(1)] = 100,
     weights: Mapping[str, float] | None = None,
     bm25: Mapping[str, Any] | None = None,
     benchmark_options: Mapping[str, Mapping[str, Any]] | None = None,

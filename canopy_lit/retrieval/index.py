@@ -31,13 +31,15 @@ import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from annotated_types import Ge, Interval
 
 from canopy_lit.retrieval.embedding_shards import ShardSet, ShardVectors, locate_rows
 from canopy_lit.retrieval.faiss_codes import (
     KINDS,
+    IndexKind,
     distributed_rank,
     faiss_module,
     fill_index,
@@ -81,13 +83,13 @@ class FaissIndex:
     def __init__(
         self,
         dim: int,
-        kind: str = "flat_sq_fp16",
-        nlist: int = 4096,
-        pq_m: int = 64,
-        pq_nbits: int = 8,
-        nprobe: int = 64,
+        kind: IndexKind = "flat_sq_fp16",
+        nlist: Annotated[int, Ge(1)] = 4096,
+        pq_m: Annotated[int, Ge(1)] = 64,
+        pq_nbits: Annotated[int, Interval(ge=1, le=16)] = 8,
+        nprobe: Annotated[int, Ge(1)] = 64,
         gpu: bool = False,
-        search_batch: int = 1024,
+        search_batch: Annotated[int, Ge(1)] = 1024,
         shard_vectors: int | None = None,
     ) -> None:
         if kind not in KINDS:

@@ -15,9 +15,10 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from annotated_types import Ge
 
 from canopy_lit.assets import default_cache_dir
 from canopy_lit.hierarchy import Hierarchy
@@ -33,6 +34,7 @@ from canopy_lit.retrieval.base import (  # noqa: F401  (re-exported: the stage i
 )
 from canopy_lit.retrieval.corpus import CorpusStore
 from canopy_lit.retrieval.encode import encode_corpus, f0_fingerprint
+from canopy_lit.retrieval.faiss_codes import IndexKind
 from canopy_lit.retrieval.index import FaissIndex
 from canopy_lit.retrieval.user_corpus import open_corpus
 
@@ -105,13 +107,13 @@ def build_retriever(
     encoder: Any,
     benchmarks: Sequence[str] = ("nq", "hotpotqa", "ottqa", "tatqa"),
     cache_dir: str | Path | None = None,
-    index: str = "flat_sq_fp16",
+    index: IndexKind = "flat_sq_fp16",
     index_options: dict[str, Any] | None = None,
     partition_by_modality: bool = True,
     routing: bool = False,
     router: Any = None,
-    batch_size: int = 64,
-    shard_size: int = 4096,
+    batch_size: Annotated[int, Ge(1)] = 64,
+    shard_size: Annotated[int, Ge(1)] = 4096,
     benchmark_options: dict[str, dict[str, Any]] | None = None,
     trainer_kwargs: dict[str, Any] | None = None,
     loaded: Mapping[str, Any] | None = None,

@@ -1,18 +1,21 @@
-"""Typed schemas of the train and evaluate configs, checked before any work starts.
+"""Typed configs of train and evaluate, checked before any work starts, from the code that consumes them.
 
-Every key of every config group is typed and range-checked, from the code that consumes it:
+One source of truth for each key:
 
-- a group that ``_target_`` s a callable (encoder, retrieval variants, llm, trainer, loggers ...) takes
-  that callable's keyword arguments, typed by its signature (``**kwargs`` followed to where they go:
-  the hybrid retriever's to the dense builder); nested
-  option blocks (``retrieval.index_options``, ``retrieval.bm25``, ``data.options``) are typed the same
-  way by the class or reader they are passed to. A new argument is checked the day it is added.
-- a group read key by key (``loop``, ``judge``, ``critic`` ...) is a dataclass here; a key that no
-  dataclass declares is refused, so a new YAML key fails the shipped-presets test until it is typed.
+- a group that ``_target_`` s a callable (encoder, refine, llm, tree, model, datamodule, the retrieval variants,
+  trainer, loggers ...) takes that callable's keyword arguments, typed and ranged by its signature: a range is
+  ``Annotated[int, Ge(1)]`` (``annotated_types``), a set of choices ``Literal[...]``, so the constructor owns its
+  knobs and a new argument is checked the day it is added (``**kwargs`` followed to where they go: the hybrid
+  retriever's to the dense builder). Nested option blocks (``retrieval.index_options``, ``retrieval.bm25``,
+  ``data.options``) are typed the same way by the class or reader they are passed to. The groups ``critic`` and
+  ``reader`` are the arguments of the critic controller and the LLM reader.
+- the keys no constructor takes (the top-level knobs, the groups read key by key: ``loop``, ``judge``, ``method``
+  ...) are dataclasses in ``schemas`` written the same way; a key that none declares is refused, so a new YAML
+  key fails the shipped-presets test until it is typed. Lightning's Trainer is the one class we cannot annotate:
+  ``TrainerSchema`` holds the ranges of its knobs.
 
-Ranges live in the dataclasses (``knob(default, ge=1)``); for a target group they refine the types
-its signature gives. ``validate_eval_config(cfg)`` / ``validate_train_config(cfg)`` raise one
-``ConfigError`` listing every problem, one line each, naming the key and the rule::
+``validate_eval_config(cfg)`` / ``validate_train_config(cfg)`` raise one ``ConfigError`` listing every problem,
+one line each, naming the key and the rule::
 
     tree.branching must be an integer >= 2, got 'two'
     unknown config key loop.max_round (did you mean loop.max_rounds?)
@@ -21,9 +24,9 @@ its signature gives. ``validate_eval_config(cfg)`` / ``validate_train_config(cfg
 packages), so that a run that cannot start says so in seconds. The entry points turn a ``ConfigError``
 into exit status 2 (a usage error) without a traceback.
 
-One module per job: ``schemas`` (the dataclasses of the groups read key by key), ``groups`` (how each node is
-checked), ``values`` (one value against a type and a rule), ``signatures`` (a target's keys from its signature),
-``check`` (a whole config), ``environment`` (what the machine must provide).
+One module per job: ``schemas`` (the keys no constructor takes), ``groups`` (how each node is checked),
+``values`` (one value against a type, its range and choices), ``signatures`` (a target's keys from its
+signature), ``check`` (a whole config), ``environment`` (what the machine must provide).
 """
 
 from canopy_lit.errors import ConfigError

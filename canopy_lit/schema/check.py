@@ -14,16 +14,9 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from canopy_lit.errors import ConfigError
 from canopy_lit.schema.groups import EVAL_GROUPS, TRAIN_GROUPS, Group
-from canopy_lit.schema.schemas import (
-    MISSING,
-    BenchmarkOptionsSchema,
-    EvalSchema,
-    IndexOptionsSchema,
-    RetrievalSchema,
-    TrainSchema,
-)
+from canopy_lit.schema.schemas import MISSING, BenchmarkOptionsSchema, EvalSchema, TrainSchema
 from canopy_lit.schema.signatures import Key, reader_keys, target_keys
-from canopy_lit.schema.values import check_value
+from canopy_lit.schema.values import check_value, rule_of
 
 # --------------------------------------------------------------------------- checking
 
@@ -64,8 +57,8 @@ _HYDRA_KEYS = frozenset({"_target_", "_partial_", "_convert_", "_recursive_", "_
 def _schema_keys(schema: type | None) -> dict[str, Key]:
     if schema is None:
         return {}
-    hints = typing.get_type_hints(schema)
-    return {f.name: Key(hints[f.name], dict(f.metadata), schema.__name__) for f in fields(schema)}
+    hints = typing.get_type_hints(schema, include_extras=True)
+    return {f.name: Key(hints[f.name], {**rule_of(hints[f.name]), **f.metadata}, schema.__name__) for f in fields(schema)}
 
 
 def group_keys(node: DictConfig, group: Group) -> tuple[dict[str, Key] | None, str]:
@@ -82,6 +75,8 @@ def group_keys(node: DictConfig, group: Group) -> tuple[dict[str, Key] | None, s
         if found is None:
             return None, t
         keys.update({k: v for k, v in found.items() if k not in keys})
+    for name in group.passed:
+        keys.pop(name, None)
     for name in group.extra:
         keys.setdefault(name, ranges.get(name, Key()))
     # A schema field refines the signature's type with a range (and a declared type where it is looser).
@@ -324,13 +319,12 @@ def _trainer_problems(trainer: Any) -> list[str]:
 
 def _index_options(node: DictConfig, block: DictConfig, prefix: str, problems: list[str]) -> None:
     keys = target_keys("canopy_lit.retrieval.index.FaissIndex", node) or {}
-    _check_options(block, prefix, {k: v for k, v in keys.items() if k not in ("dim", "kind")}, IndexOptionsSchema,
-                   problems)  # fmt: skip
+    _check_options(block, prefix, {k: v for k, v in keys.items() if k not in ("dim", "kind")}, None, problems)
 
 
 def _bm25_options(node: DictConfig, block: DictConfig, prefix: str, problems: list[str]) -> None:
     keys = target_keys("canopy_lit.retrieval.bm25.build_bm25_retriever", node)
-    _check_options(block, prefix, keys, RetrievalSchema, problems)
+    _check_options(block, prefix, keys, None, problems)
 
 
 def _data_options(node: DictConfig, block: DictConfig, prefix: str, problems: list[str]) -> None:

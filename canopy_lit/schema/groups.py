@@ -6,23 +6,14 @@ from dataclasses import dataclass
 
 from canopy_lit.schema.schemas import (
     CarveSchema,
-    CriticSchema,
-    DataModuleSchema,
-    DataSchema,
-    EncoderSchema,
     EvidenceSchema,
     JudgeSchema,
-    LLMSchema,
     LoopSchema,
     MethodSchema,
-    ModelSchema,
-    ReaderSchema,
-    RefineSchema,
     RetrievalEvalSchema,
     RetrievalSchema,
     RetrieverSchema,
     TrainerSchema,
-    TreeSchema,
 )
 
 # --------------------------------------------------------------------------- groups
@@ -32,17 +23,24 @@ from canopy_lit.schema.schemas import (
 class Group:
     """How one config node is checked.
 
+    A node's keys are the keyword arguments of its ``_target_`` (or of ``targets``), typed and ranged by their
+    signatures (``Annotated[int, Ge(1)]``, ``Literal[...]``): the constructor owns its knobs. A ``schema``
+    declares only what no constructor takes: the keys of a node read key by key, and ``extra`` keys the
+    pipeline reads beside a target's arguments.
+
     Attributes:
-        schema: a dataclass. Without targets its fields are the node's keys; with them, their rules.
+        schema: a dataclass. Without targets its fields are the node's keys; with them, the ``extra`` keys' types.
         targets: callables (dotted paths) whose keyword arguments are the node's keys, besides the
             node's own ``_target_``.
         extra: keys read by the pipeline beside the targets' arguments (typed by ``schema``).
+        passed: arguments of the targets that the builder passes itself: never config keys.
         blocks: a node of named ``_target_`` blocks (``logger``, ``callbacks``), each checked by its target.
     """
 
     schema: type | None = None
     targets: tuple[str, ...] = ()
     extra: frozenset[str] = frozenset()
+    passed: frozenset[str] = frozenset()
     blocks: bool = False
 
 
@@ -59,16 +57,17 @@ EVAL_GROUPS: dict[str, Group | None] = {
     "retrieval": Group(RetrievalSchema, extra=PIPELINE_RETRIEVAL_KEYS),
     "retriever": Group(RetrieverSchema, extra=frozenset({"name"})),
     "controller": Group(),
-    "critic": Group(CriticSchema),
-    "reader": Group(ReaderSchema),
-    "tree": Group(TreeSchema),
-    "refine": Group(RefineSchema),
+    # read by build.py into the critic controller and the LLM reader: their constructors' arguments
+    "critic": Group(targets=("canopy_lit.control.critic.critic_controller",), passed=frozenset({"llm"})),
+    "reader": Group(targets=("canopy_lit.reader.llm_reader.LLMReader",), passed=frozenset({"llm", "stats"})),
+    "tree": Group(),
+    "refine": Group(),
     "scorer": Group(),  # the encoder view nodes are scored through (canopy_lit.scoring.scorers.node_scorer)
-    "llm": Group(LLMSchema),
+    "llm": Group(),
     "judge": Group(JudgeSchema),
     "logger": Group(blocks=True),  # logger=wandb: the run mirrored to W&B (canopy_lit.tracking.log_evaluation)
-    "encoder": Group(EncoderSchema),
-    "data": Group(DataSchema, targets=("canopy_lit.data.splits.load_split",)),
+    "encoder": Group(),
+    "data": Group(targets=("canopy_lit.data.splits.load_split",)),
     "evidence": Group(EvidenceSchema),
     "retrieval_eval": Group(RetrievalEvalSchema),
     "carve": Group(
@@ -83,10 +82,11 @@ EVAL_GROUPS: dict[str, Group | None] = {
 TRAIN_GROUPS: dict[str, Group | None] = {
     "paths": _UNCHECKED,
     "hydra": _UNCHECKED,
-    "tree": Group(TreeSchema),
-    "encoder": Group(EncoderSchema),
-    "datamodule": Group(DataModuleSchema),
-    "model": Group(ModelSchema),
+    "tree": Group(),
+    "encoder": Group(),
+    "datamodule": Group(),
+    "model": Group(),
+    # Lightning's Trainer: its signature types the keys, TrainerSchema the ranges (a class we cannot annotate)
     "trainer": Group(TrainerSchema),
     "logger": Group(blocks=True),
     "callbacks": Group(blocks=True),

@@ -15,6 +15,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from canopy_lit.schema.values import rule_of
+
 # --------------------------------------------------------------------------- signatures
 
 
@@ -82,7 +84,7 @@ def target_keys(target: str | Callable[..., Any], node: DictConfig) -> dict[str,
     if found is None:
         return None
     hints, var_kw = found
-    keys = {k: Key(h, {}, name) for k, h in hints.items()}
+    keys = {k: Key(h, rule_of(h), name) for k, h in hints.items()}
     if var_kw:
         if name not in _KWARGS_GO_TO:
             return None
@@ -119,7 +121,7 @@ def reader_keys(benchmark: str, reader: Any = None) -> dict[str, Key] | None:
             return None
         keys.update(found)
     named, _ = _signature_keys(load_benchmark) or ({}, True)  # its **options are the reader's, above
-    keys.update({k: Key(h, {}, "load_benchmark") for k, h in named.items()})
+    keys.update({k: Key(h, rule_of(h), "load_benchmark") for k, h in named.items()})
     for positional in ("name", "path"):
         keys.pop(positional, None)
     return keys

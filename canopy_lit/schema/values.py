@@ -28,6 +28,23 @@ def _arms(hint: Any) -> tuple[Any, ...]:
     return (hint,)
 
 
+def rule_of(hint: Any) -> dict[str, Any]:
+    """The range a type hint declares with ``Annotated`` metadata (``annotated_types``: ``Ge``, ``Gt``, ``Le``,
+    ``Lt``, ``Interval``), e.g. ``Annotated[int, Ge(1)] | None`` -> ``{"ge": 1}``: the constructor that takes a
+    value owns its range, and the config check reads it from there."""
+    rule: dict[str, Any] = {}
+    stack = [hint]
+    while stack:
+        h = stack.pop()
+        origin = typing.get_origin(h)
+        if origin in (typing.Union, types.UnionType):
+            stack.extend(typing.get_args(h))
+        elif origin is typing.Annotated:
+            for meta in typing.get_args(h)[1:]:
+                rule.update({name: v for name in ("ge", "gt", "le", "lt") if (v := getattr(meta, name, None)) is not None})
+    return rule
+
+
 def _is_none(hint: Any) -> bool:
     return hint is None or hint is type(None)
 
@@ -36,6 +53,8 @@ def _conforms(hint: Any, value: Any) -> bool:
     """Whether a config value (plain Python, resolved) fits a type hint; what cannot be judged here passes."""
     if hint is Any or hint is inspect.Parameter.empty or isinstance(hint, (str, typing.TypeVar)):
         return True
+    if typing.get_origin(hint) is typing.Annotated:  # the type; its range is checked by the rule
+        return _conforms(typing.get_args(hint)[0], value)
     arms = _arms(hint)
     if len(arms) > 1:
         return any(_conforms(a, value) for a in arms)
@@ -100,7 +119,9 @@ def _describe(hint: Any, rule: Mapping[str, Any]) -> str:
     if literals:
         texts.insert(0, "one of " + ", ".join(dict.fromkeys(map(str, literals))))
     texts = texts or ["null"]
-    bounds = [f"{op} {rule[key]}" for key, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")) if key in rule]
+    # 1.0 as 1: typing caches Annotated[float, Le(1)] and Annotated[float, Le(1.0)] as one object (1 == 1.0)
+    shown = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in rule.items() if k != "choices"}
+    bounds = [f"{op} {shown[key]}" for key, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")) if key in rule]
     if bounds:
         texts = [t + " " + " and ".join(bounds) if t in ("an integer", "a number") else t for t in texts]
     if rule.get("choices"):

@@ -33,7 +33,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 
-from canopy_lit import api
+from canopy_lit import api, inputs
 from canopy_lit.api import MAX_ITEM_CHARS, CompressedEvidence, Compressor
 from canopy_lit.refine import ParentRelativeRefiner
 
@@ -46,7 +46,7 @@ Send = Callable[[Message], Awaitable[None]]
 
 # Modules whose TypeError / ValueError are the library's input checks (a 400); the same exception types
 # raised anywhere else are a fault of the server (a 500), not of the request.
-_INPUT_CHECK_MODULES = frozenset({api.__name__, "canopy_lit.types"})
+_INPUT_CHECK_MODULES = frozenset({api.__name__, inputs.__name__, "canopy_lit.types"})
 _MARGIN_COMPRESSORS = 16  # distinct δ values kept (each is a shallow copy: the encoder and cache are shared)
 INTERNAL_ERROR = "internal server error; the server log has the details"
 
@@ -219,7 +219,7 @@ class Service:
     def for_margin(self, margin: float, item_margin: float | None = None) -> Compressor:
         """The compressor of δ = ``margin`` and ``item_margin``: the loaded one with its own refiner (encoder
         and cache shared)."""
-        key = (api.check_margin(margin), api.check_item_margin(item_margin))
+        key = (inputs.check_margin(margin), inputs.check_item_margin(item_margin))
         base = self.compressor
         if key == (base.refiner.descend_margin, base.refiner.item_margin):
             return base

@@ -5,10 +5,11 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
 
 import lightning as L
 import torch
+from annotated_types import Ge, Gt, Interval
 from torch import nn
 
 from canopy_lit.data.batch import PreferenceBatch
@@ -19,6 +20,9 @@ from canopy_lit.training.losses import pair_costs, pairwise_ranking_loss
 from canopy_lit.training.metrics import DecisionAccuracy
 
 TEST_SCORERS = ("ftheta", "f0")
+
+
+Schedule = Literal["constant", "linear", "cosine"]  # model.schedule: the rate after warm-up
 
 
 class NodeEncoderModule(L.LightningModule):
@@ -67,24 +71,24 @@ class NodeEncoderModule(L.LightningModule):
     def __init__(
         self,
         encoder: NodeEncoder,
-        lr: float = 5e-5,
-        weight_decay: float = 0.0,
+        lr: Annotated[float, Gt(0)] = 5e-5,
+        weight_decay: Annotated[float, Ge(0)] = 0.0,
         betas: Sequence[float] = (0.9, 0.999),
-        warmup_ratio: float = 0.0,
-        schedule: str = "constant",
-        min_lr_ratio: float = 0.0,
-        lora_r: int = 8,
-        lora_alpha: int = 16,
-        lora_dropout: float = 0.05,
+        warmup_ratio: Annotated[float, Interval(ge=0, lt=1)] = 0.0,
+        schedule: Schedule = "constant",
+        min_lr_ratio: Annotated[float, Interval(ge=0, le=1)] = 0.0,
+        lora_r: Annotated[int, Ge(1)] = 8,
+        lora_alpha: Annotated[float, Gt(0)] = 16,
+        lora_dropout: Annotated[float, Interval(ge=0, lt=1)] = 0.05,
         lora_target_modules: Sequence[str] | None = None,
         lora_layers: Sequence[int] | None = None,
-        scale: float = 20.0,
-        margin: float = 0.0,
-        stop_weight: float = 1.0,
-        gold_child_weight: float = 1.0,
-        gold_sibling_weight: float = 1.0,
+        scale: Annotated[float, Gt(0)] = 20.0,
+        margin: Annotated[float, Ge(0)] = 0.0,
+        stop_weight: Annotated[float, Gt(0)] = 1.0,
+        gold_child_weight: Annotated[float, Gt(0)] = 1.0,
+        gold_sibling_weight: Annotated[float, Gt(0)] = 1.0,
         backbone_dropout: bool = True,
-        chunk_size: int = 16,
+        chunk_size: Annotated[int, Ge(1)] = 16,
         activation_checkpointing: bool = False,
         benchmarks: Sequence[str] | None = None,
         test_scorers: Sequence[str] = ("ftheta", "f0"),
@@ -106,7 +110,7 @@ class NodeEncoderModule(L.LightningModule):
             raise ValueError(
                 f"model.gold_child_weight and model.gold_sibling_weight must be > 0, got {gold_child_weight} and {gold_sibling_weight}"
             )
-        if schedule not in {"constant", "linear", "cosine"}:
+        if schedule not in get_args(Schedule):
             raise ValueError(f"model.schedule must be constant, linear or cosine, got {schedule!r}")
         self.encoder = encoder
         if not encoder.has_adapter:

@@ -158,3 +158,29 @@ def test_train_cli_exits_2_before_any_work(tmp_path: Path) -> None:
     assert out.status == 2
     assert out.stderr.strip() == "error: model.lr must be a number > 0, got -1"
     assert "Traceback" not in out.stderr and not (tmp_path / "adapter").exists()
+
+
+def test_each_range_and_choice_is_declared_once_by_its_owner() -> None:
+    """The validator reads a key's range from the constructor that takes it (``Annotated``/``Literal`` in its
+    signature), not from a copy beside it: the same bound moves with the code, and the mode names are MODES'."""
+    import typing
+
+    from omegaconf import OmegaConf
+
+    from canopy_lit.evaluate import MODES
+    from canopy_lit.schema.schemas import Mode
+    from canopy_lit.schema.signatures import target_keys
+
+    assert set(typing.get_args(Mode)) == set(MODES)
+    none = OmegaConf.create({})
+    owned = {
+        ("canopy_lit.hierarchy.Hierarchy", "branching"): {"ge": 2},
+        ("canopy_lit.training.NodeEncoderModule", "lr"): {"gt": 0},
+        ("canopy_lit.refine.ParentRelativeRefiner", "descend_margin"): {"ge": -1.0, "le": 1.0},
+        ("canopy_lit.retrieval.index.FaissIndex", "pq_nbits"): {"ge": 1, "le": 16},
+        ("canopy_lit.control.critic.critic_controller", "threshold"): {"ge": 0.0, "le": 1.0},
+    }
+    for (target, key), rule in owned.items():
+        assert target_keys(target, none)[key].rule == rule, (target, key)
+    schedule = target_keys("canopy_lit.training.NodeEncoderModule", none)["schedule"].hint
+    assert typing.get_args(schedule) == ("constant", "linear", "cosine")
