@@ -8,6 +8,7 @@ import pytest
 
 from canopy_lit.report.archive import unpack
 from canopy_lit.studies import frontier
+from canopy_lit.studies.frontier import render
 
 
 def point(bench: str, method: str, tokens: float, scorer: str | None = "fθ", delta: float | None = 0.0, k: int = 5,
@@ -120,7 +121,7 @@ def test_the_headline_shows_each_budget_run_once_with_its_test_share_and_the_mea
     assert "median of the in-domain choices" in lines["TAT-QA"]
     for bench, name in frontier.BENCHMARKS.items():
         rows = [r for r in budgets if r["benchmark"] == bench]
-        shares = [f"({frontier._share(r)})" for r in rows]
+        shares = [f"({render._share(r)})" for r in rows]
         assert len({r["canopy"].folder for r in rows}) == len(rows)  # one run, one cell
         assert all(share in lines[name.split(" (")[0]] for share in shares)
     nq_bullet = next(line for line in lines.values() if line.startswith("- **NQ**"))
@@ -165,4 +166,4 @@ def test_longllmlingua_points_name_their_rate_and_compressor_lm(committed_points
     for p in lingua:
         assert p.rate in (0.3, 0.55, 0.8) and p.scorer is None and p.delta is None
         assert frontier.method_label(p) == "LongLLMLingua (SmolLM2-135M)"
-        assert frontier._setting(p) == f"ρ = {p.rate:g}"
+        assert render._setting(p) == f"ρ = {p.rate:g}"

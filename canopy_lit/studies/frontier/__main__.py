@@ -1,0 +1,7 @@
+"""``python -m canopy_lit.studies.frontier [choose | operating-points]``."""
+
+import sys
+
+from canopy_lit.studies.frontier import main
+
+sys.exit(main())
