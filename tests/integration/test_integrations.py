@@ -140,12 +140,12 @@ def test_item_margin_drops_irrelevant_documents_in_both_frameworks(record: dict,
 def test_pre_split_sentences_are_the_leaves_as_given(record: dict, compressor: Compressor) -> None:
     """A chunk that carries its sentences is not split again: the same evidence as ``compress`` on items with
     those sentences, every kept region a run of the given sentences (HotpotQA's own split)."""
-    import canopy_lit.api as api
     from canopy_lit.integrations import Passage, compress_passages
+    from canopy_lit.types import Item
 
     passages = [Passage(" ".join(s), title, f"p{i}", tuple(s)) for i, (title, s) in enumerate(record["context"])]
     kept = compress_passages(compressor, record["question"], passages, BUDGET)
-    items = [api.Item(p.id, "text", title=p.title, sentences=list(p.sentences)) for p in passages]
+    items = [Item(p.id, "text", title=p.title, sentences=list(p.sentences)) for p in passages]
     direct = compressor(record["question"], items, BUDGET)
     assert [k.text for k in kept] == direct.blocks and kept
     sentences = {p.id: p.sentences for p in passages}

@@ -83,7 +83,7 @@ def test_pruned_share_is_the_share_of_gold_items_that_lose_a_leaf() -> None:
 
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "experiments" / "recount_pruned_share.py"
+RECOUNT = "canopy_lit.studies.recount_pruned_share"  # python -m, from the checkout
 
 
 def test_recount_from_node_rows_gives_both_rules_of_the_probe() -> None:
@@ -137,7 +137,8 @@ def test_committed_run_recounts_to_its_recorded_value(tmp_path: Path) -> None:
     old = {**metrics, "probe/pruned_share": 0.69}
     entries["hotpotqa/f0/metrics.json"] = (json.dumps(old, indent=2, sort_keys=True) + "\n").encode()
     write_archive(archive, entries)
-    done = subprocess.run([sys.executable, str(SCRIPT), str(archive)], capture_output=True, text=True, check=True)
+    done = subprocess.run([sys.executable, "-m", RECOUNT, str(archive)], capture_output=True, text=True, check=True,
+                          cwd=ROOT)
     assert "hotpotqa/f0: 69.0 -> 61.0" in done.stdout
     after = read_archive(archive)
     assert json.loads(after["hotpotqa/f0/metrics.json"]) == metrics
@@ -153,6 +154,6 @@ def test_a_value_the_rows_do_not_reproduce_is_refused(tmp_path: Path) -> None:
     entries["hotpotqa/f0/metrics.json"] = (json.dumps(metrics, indent=2, sort_keys=True) + "\n").encode()
     write_archive(archive, entries)
     before = archive.read_bytes()
-    done = subprocess.run([sys.executable, str(SCRIPT), str(archive)], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", RECOUNT, str(archive)], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 1 and "hotpotqa/f0: recorded probe/pruned_share = 0.7" in done.stderr
     assert archive.read_bytes() == before
