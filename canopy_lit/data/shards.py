@@ -22,7 +22,7 @@ _SPEC = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
 # The runners that answer their questions through load_questions + the harness and whose outputs a merge
 # recomputes (canopy_lit.evaluate.merge_shards): the evidence loop in qa mode, and evidence mode.
 SHARDED_MODES = ("qa", "evidence")
-QA_RUNNER = "canopy_lit.evaluate.run_qa"
+QA_RUNNER = "canopy_lit.eval.modes.run_qa"
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 MISSING = object()
 
 
-Mode = Literal["qa", "probe", "evidence", "retrieval"]  # the keys of canopy_lit.evaluate.MODES
+Mode = Literal["qa", "probe", "evidence", "retrieval"]  # the keys of canopy_lit.eval.modes.MODES
 Resume = Literal["auto", "force"]
 Count = Annotated[int, Ge(1)]
 

@@ -167,7 +167,7 @@ def test_each_range_and_choice_is_declared_once_by_its_owner() -> None:
 
     from omegaconf import OmegaConf
 
-    from canopy_lit.evaluate import MODES
+    from canopy_lit.eval.modes import MODES
     from canopy_lit.schema.schemas import Mode
     from canopy_lit.schema.signatures import target_keys
 

@@ -84,7 +84,7 @@ def test_retriever_group_labels_match_the_option(hydra_ctx) -> None:
 
 
 def test_method_runner_is_chosen_by_config(hydra_ctx, monkeypatch: pytest.MonkeyPatch) -> None:
-    import canopy_lit.evaluate as ev
+    import canopy_lit.eval.modes as ev
 
     calls: list[str] = []
     monkeypatch.setattr(ev, "run_qa", lambda cfg: calls.append("qa") or {"eval/f1": 1.0})

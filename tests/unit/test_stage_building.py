@@ -121,7 +121,7 @@ def test_the_scorer_group_replaces_refine_scorer_and_the_schema_checks_it(hydra_
 
 
 def test_method_runner_is_a_target_the_schema_checks(hydra_ctx) -> None:
-    from canopy_lit.evaluate import run_qa
+    from canopy_lit.eval.modes import run_qa
     from canopy_lit.pipeline.build import build_runner
 
     cfg = compose("evaluate")
@@ -129,7 +129,7 @@ def test_method_runner_is_a_target_the_schema_checks(hydra_ctx) -> None:
     carve = compose("evaluate", overrides=["method=carve"])
     assert carve.method.runner._target_ == "canopy_lit.eval.carve.run" and _problems(carve, "method") == []
     assert _problems(compose("evaluate", overrides=["+method.runner.verbose=1"]), "method") == [
-        "unknown config key method.runner.verbose (canopy_lit.evaluate.run_qa takes no such argument)"
+        "unknown config key method.runner.verbose (canopy_lit.eval.modes.run_qa takes no such argument)"
     ]
 
 
@@ -137,8 +137,8 @@ def test_setting_lines_are_run_axes(hydra_ctx) -> None:
     """The line under each run's table states run.json's axes: RECOMP's f0 scorer even with an adapter set,
     the refiner by its option name."""
     from canopy_lit.eval.evidence import EVIDENCE_SETTING
+    from canopy_lit.eval.modes import PROBE_SETTING, QA_SETTING
     from canopy_lit.eval.summary import run_setting
-    from canopy_lit.evaluate import PROBE_SETTING, QA_SETTING
 
     recomp = compose("evaluate", overrides=["method=recomp", "encoder.adapter=/tmp/adapter", "data=nq"])
     line = run_setting(recomp, QA_SETTING)
