@@ -103,6 +103,8 @@ def load_demos(data: Mapping[str, Any], n: int, hierarchy: Hierarchy, max_words:
 
 @dataclass
 class IRCoTStep:
+    """One reasoning step: its first sentence (the next retrieval query) and the answer once it states one."""
+
     sentence: str
     answer: str | None = None
 

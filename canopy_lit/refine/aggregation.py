@@ -13,6 +13,8 @@ from canopy_lit.types import Question
 
 
 class AggregationCheck(Protocol):
+    """Whether a question aggregates over a table's rows (its tables are then kept whole, not refined)."""
+
     def is_aggregation(self, question: Question) -> bool: ...
 
 
