@@ -1,8 +1,8 @@
 """``run(cfg) -> metrics``: the library function behind ``python evaluate.py``.
 
 Thin and linear: validate the config, lock the run folder, run the configured mode, summarise.
-The mode (``mode: qa | probe | evidence | retrieval``) picks its runner from ``canopy_lit.eval.modes.MODES``;
-in ``qa`` mode the method's runner runs (``method.runner``: a ``_target_`` of ``run(cfg) -> dict[str, float]``,
+The mode (``mode: qa | probe | evidence | retrieval``) picks its runner, a ``_target_`` block under ``modes``
+(``configs/evaluate.yaml``, ``canopy_lit.eval.modes``); in ``qa`` mode the method's runner runs (``method.runner``: a ``_target_`` of ``run(cfg) -> dict[str, float]``,
 the CANOPY evidence loop ``canopy_lit.eval.modes.run_qa`` by default; CARVE names its own). Every stage is built
 from its config group by ``canopy_lit.pipeline.build``.
 
@@ -39,7 +39,7 @@ from canopy_lit.eval.harness import (
     start_run_log,
 )
 from canopy_lit.eval.judge import judge_run
-from canopy_lit.eval.modes import MODES, output_dir, qa_outputs
+from canopy_lit.eval.modes import output_dir, qa_outputs
 from canopy_lit.eval.records import (
     RunLock,
     run_has_results,
@@ -61,6 +61,7 @@ from canopy_lit.eval.shards import (
 from canopy_lit.llm.base import redact
 from canopy_lit.pipeline.build import (
     build_judge,
+    build_mode_runner,
     load_questions,
 )
 from canopy_lit.redaction import redact_saved_configs
@@ -156,7 +157,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
         start_run_log()
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per local tokenize call otherwise
         start = time.time()
-        metrics = MODES[str(cfg.get("mode", "qa"))](cfg)  # the schema admits only these modes
+        metrics = build_mode_runner(cfg)(cfg)  # the schema admits only modes with a block under ``modes``
         if cfg.get("progress", True):
             print_summary(metrics)
         log_evaluation(cfg, output_dir(cfg))  # logger=wandb: metrics, tables and per-question rows to W&B

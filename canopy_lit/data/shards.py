@@ -21,8 +21,8 @@ T = TypeVar("T")
 _SPEC = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
 # The runners that answer their questions through load_questions + the harness and whose outputs a merge
 # recomputes (canopy_lit.evaluate.merge_shards): the evidence loop in qa mode, and evidence mode.
-SHARDED_MODES = ("qa", "evidence")
-QA_RUNNER = "canopy_lit.eval.modes.run_qa"
+SHARDED_MODES = {"qa": "canopy_lit.eval.modes.run_qa", "evidence": "canopy_lit.eval.modes.run_evidence_mode"}
+QA_RUNNER = SHARDED_MODES["qa"]
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,11 @@ class Shard:
 
 
 def shard_problems(spec: Any, mode: Any, runner: Any) -> list[str]:
-    """The config problems of ``shard`` (for ``canopy_lit.schema``): its form, and a mode that runs whole."""
+    """The config problems of ``shard`` (for ``canopy_lit.schema``): its form, and a mode that runs whole.
+
+    Args:
+        runner: the ``_target_`` of the mode's runner (its block under ``modes``; qa's is ``method.runner``).
+    """
     try:
         shard = Shard.parse(spec)
     except ValueError as err:
@@ -71,6 +75,9 @@ def shard_problems(spec: Any, mode: Any, runner: Any) -> list[str]:
         return [f"shard={spec}: mode={mode} runs whole (shards split qa and evidence runs); remove shard="]
     if mode == "qa" and runner != QA_RUNNER:
         return [f"shard={spec}: method.runner {runner} runs whole (shards split the evidence loop's qa runs); "
+                "remove shard="]  # fmt: skip
+    if runner != SHARDED_MODES[mode]:
+        return [f"shard={spec}: modes.{mode} runner {runner} runs whole (shards split {SHARDED_MODES[mode]}'s runs); "
                 "remove shard="]  # fmt: skip
     return []
 

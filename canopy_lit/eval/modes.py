@@ -1,12 +1,12 @@
-"""The runner of each evaluation mode (``mode: qa | probe | evidence | retrieval``, ``MODES``) and the QA mode's
-default method runner, ``run_qa`` (``method.runner``): each builds its stages with ``canopy_lit.pipeline.build``,
-runs them through the harness and writes the run folder's metrics and table. ``canopy_lit.evaluate.run`` picks
-the mode's runner after validating the config and locking the run folder."""
+"""The runner of each evaluation mode, ``run(cfg) -> metrics``, as ``configs/evaluate.yaml`` names them under
+``modes`` (``mode: qa | probe | evidence | retrieval``); qa runs the method's runner, ``run_qa`` (the evidence loop)
+unless the method names its own. Each builds its stages with ``canopy_lit.pipeline.build``, runs them through
+the harness and writes the run folder's metrics and table. ``canopy_lit.evaluate.run`` builds the mode's runner
+(``build_mode_runner``) after validating the config and locking the run folder."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +23,9 @@ from canopy_lit.pipeline.build import (
     build_loop,
     build_probe,
     build_retrieval_eval,
-    build_runner,
     load_questions,
 )
 from canopy_lit.retrieval.evaluate import evaluate_retrieval
-
-Runner = Callable[[DictConfig], dict[str, float]]
 
 # The setting lines under a run's table (``run_axes`` names).
 QA_SETTING = ("benchmark", "split", "method", "k", "B", "R", "refine", "scorer", "encoder", "node_pooling", "adapter")
@@ -107,12 +104,6 @@ def run_qa(cfg: DictConfig) -> dict[str, float]:
     return metrics
 
 
-def run_method(cfg: DictConfig) -> dict[str, float]:
-    """``mode: qa``: the method's runner (``method.runner``: ``run_qa``, the evidence loop, unless the method
-    names its own)."""
-    return build_runner(cfg)(cfg)
-
-
 def run_evidence_mode(cfg: DictConfig) -> dict[str, float]:
     """``mode: evidence``: the QA stages for one round, no LLM (``canopy_lit.eval.evidence``)."""
     return run_evidence(cfg, output_dir(cfg))
@@ -121,11 +112,3 @@ def run_evidence_mode(cfg: DictConfig) -> dict[str, float]:
 def run_retrieval(cfg: DictConfig) -> dict[str, float]:
     """``mode: retrieval``: recall@k of the bundled benchmarks over their union corpus."""
     return evaluate_retrieval(**build_retrieval_eval(cfg), out_dir=output_dir(cfg))
-
-
-MODES: dict[str, Runner] = {
-    "qa": run_method,
-    "probe": run_probe,
-    "evidence": run_evidence_mode,
-    "retrieval": run_retrieval,
-}

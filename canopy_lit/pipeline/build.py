@@ -12,8 +12,8 @@ One question's path, stage by stage (group -> what this module builds)::
     llm         build_llm         reader, critic, router, aggregation classifier
     loop        loop_settings     k, R, exclude_seen, reader cap -> EvidenceLoop
 
-Each mode gets its stages here: ``build_runner`` (``method.runner``, the qa mode's function),
-``build_loop`` (qa), ``build_evidence_loop`` (evidence) and ``build_probe`` (probe). Nothing here decides
+Each mode gets its stages here: ``build_mode_runner`` (the mode's block under ``modes``; qa's is
+``method.runner``), ``build_loop`` (qa), ``build_evidence_loop`` (evidence) and ``build_probe`` (probe). Nothing here decides
 a method: the method configs pick the groups. This module imports nothing from ``canopy_lit.eval``
 (the harness runs what is built here).
 
@@ -75,7 +75,7 @@ __all__ = [
     "build_refiner",
     "build_retriever",
     "build_retrieval_eval",
-    "build_runner",
+    "build_mode_runner",
     "build_scorer",
     "load_questions",
     "loop_settings",
@@ -111,9 +111,10 @@ def load_questions(
     return bench, questions
 
 
-def build_runner(cfg: DictConfig) -> ModeRunner:
-    """The qa mode's ``run(cfg) -> metrics``: the ``method.runner`` target (CANOPY's loop, or CARVE's pipeline)."""
-    return instantiate(cfg.method.runner)
+def build_mode_runner(cfg: DictConfig) -> ModeRunner:
+    """The configured mode's ``run(cfg) -> metrics``: its ``_target_`` block under ``modes`` (qa's is the method's
+    runner, ``method.runner``: CANOPY's evidence loop, or CARVE's pipeline)."""
+    return instantiate(cfg.modes[str(cfg.get("mode", "qa"))])
 
 
 def build_hierarchy(cfg: DictConfig) -> Hierarchy:

@@ -172,10 +172,16 @@ def validate_eval_config(cfg: DictConfig) -> None:
     _check_index_options(cfg, problems)
     from canopy_lit.data.shards import shard_problems
 
-    shard, runner = node_value(cfg, "shard"), node_value(cfg.get("method"), "runner")
-    if shard is not MISSING:
+    mode, modes = cfg.get("mode", "qa"), cfg.get("modes")
+    if isinstance(modes, DictConfig) and isinstance(mode, str) and mode not in modes:
+        guess = difflib.get_close_matches(mode, sorted(map(str, modes)), n=1)
+        hint = f" (did you mean {guess[0]}?)" if guess else ""
+        problems.append(f"mode must be one of {', '.join(map(str, modes))}, got {mode!r}{hint}; a mode of your own "
+                        f"is a _target_ block under modes (+modes.{mode}=...)")  # fmt: skip
+    elif (shard := node_value(cfg, "shard")) is not MISSING and isinstance(modes, DictConfig):
+        runner = node_value(modes, str(mode))
         runner = runner.get("_target_") if isinstance(runner, dict) else None
-        problems.extend(shard_problems(shard, cfg.get("mode", "qa"), runner))
+        problems.extend(shard_problems(shard, mode, runner))
     if cfg.get("mode", "qa") == "qa":
         if retrieves:  # the surprising part of the k / R message: 0 is fine for another method
             why = f" (method={method} retrieves; only a method with method.retrieves=false may use 0)"

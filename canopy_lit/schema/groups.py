@@ -52,6 +52,7 @@ _UNCHECKED = None  # a group whose values are paths or Hydra's own settings
 EVAL_GROUPS: dict[str, Group | None] = {
     "paths": _UNCHECKED,
     "hydra": _UNCHECKED,
+    "modes": Group(blocks=True),  # each mode's runner, a _target_ block (canopy_lit.eval.modes)
     "method": Group(MethodSchema),
     "loop": Group(LoopSchema),
     "retrieval": Group(RetrievalSchema, extra=PIPELINE_RETRIEVAL_KEYS),

@@ -24,7 +24,7 @@ from canopy_lit.carve.__main__ import compose_cfg
 from canopy_lit.carve.build import CarveParts, build_carve_corpus, build_carve_pipeline
 from canopy_lit.data import load_benchmark
 from canopy_lit.eval.carve import run_pipeline
-from canopy_lit.pipeline.build import build_runner
+from canopy_lit.pipeline.build import build_mode_runner
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -112,7 +112,7 @@ def test_carve_run_writes_stage_metrics_and_winners(corpus, models, bench, tmp_p
 
 def test_runner_of_method_carve_writes_the_run_folder(cfg, bench):
     """``method.runner`` targets ``run(cfg)``: every triple of the file, into ``paths.output_dir``."""
-    metrics = build_runner(cfg)(cfg)
+    metrics = build_mode_runner(cfg)(cfg)
     out = Path(cfg.paths.output_dir)
     recs = [json.loads(x) for x in (out / "predictions.jsonl").read_text().splitlines()]
     assert [r["id"] for r in recs] == [q.id for q in bench.questions] and all(r["method"] == "carve" for r in recs)

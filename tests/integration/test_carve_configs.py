@@ -25,7 +25,7 @@ from canopy_lit.carve import (
 from canopy_lit.carve.__main__ import compose_cfg
 from canopy_lit.carve.build import CarveParts
 from canopy_lit.carve.rerank import CandidateRepr
-from canopy_lit.pipeline.build import build_runner
+from canopy_lit.pipeline.build import build_mode_runner
 from canopy_lit.types import Item, VideoRef
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -89,7 +89,7 @@ def test_option_composes_and_instantiates(group, option, data_dir, clip, tmp_pat
         _need_smollm2()
     cfg = compose_cfg(str(data_dir / "fixtures" / "vragbench_bundled_clips.jsonl"), str(data_dir / "media" / "video"),
                       str(tmp_path), overrides)  # fmt: skip
-    assert cfg.method.name == "carve" and callable(build_runner(cfg))
+    assert cfg.method.name == "carve" and callable(build_mode_runner(cfg))
     node = cfg.carve[group]
     extra = {}
     if option == "captions":

@@ -85,12 +85,16 @@ def test_retriever_group_labels_match_the_option(hydra_ctx) -> None:
 
 def test_method_runner_is_chosen_by_config(hydra_ctx, monkeypatch: pytest.MonkeyPatch) -> None:
     import canopy_lit.eval.modes as ev
+    from canopy_lit.pipeline.build import build_mode_runner
+
+    def run(cfg):
+        return build_mode_runner(cfg)(cfg)
 
     calls: list[str] = []
     monkeypatch.setattr(ev, "run_qa", lambda cfg: calls.append("qa") or {"eval/f1": 1.0})
     monkeypatch.setitem(sys.modules, "fake_runner", SimpleNamespace(run=lambda cfg: calls.append(cfg.method.name) or {"x": 2.0}))
-    assert ev.MODES["qa"](compose("evaluate", overrides=["method=vanilla"])) == {"eval/f1": 1.0}
-    assert ev.MODES["qa"](compose("evaluate", overrides=["method.runner._target_=fake_runner.run"])) == {"x": 2.0}
+    assert run(compose("evaluate", overrides=["method=vanilla"])) == {"eval/f1": 1.0}
+    assert run(compose("evaluate", overrides=["method.runner._target_=fake_runner.run"])) == {"x": 2.0}
     assert calls == ["qa", "canopy"]
     carve = compose("evaluate", overrides=["method=carve"]).method.runner  # CARVE names its own runner
     assert carve._target_ == "canopy_lit.eval.carve.run" and carve._partial_

@@ -54,7 +54,7 @@ def test_the_qa_probe_and_evidence_modes_build_nothing_themselves() -> None:
         assert "instantiate" not in _calls(path) and "get_method" not in _calls(path), path.name
     build = (PACKAGE / "pipeline" / "build.py").read_text(encoding="utf-8")
     assert "isinstance(refiner" not in build and "type(retriever)" not in build
-    for name in ("build_evidence_loop", "build_probe", "build_runner", "build_node_scorer"):
+    for name in ("build_evidence_loop", "build_probe", "build_mode_runner", "build_node_scorer"):
         assert callable(getattr(__import__("canopy_lit.pipeline.build", fromlist=[name]), name)), name
 
 
@@ -122,14 +122,43 @@ def test_the_scorer_group_replaces_refine_scorer_and_the_schema_checks_it(hydra_
 
 def test_method_runner_is_a_target_the_schema_checks(hydra_ctx) -> None:
     from canopy_lit.eval.modes import run_qa
-    from canopy_lit.pipeline.build import build_runner
+    from canopy_lit.pipeline.build import build_mode_runner
 
     cfg = compose("evaluate")
-    assert _problems(cfg, "method") == [] and build_runner(cfg).func is run_qa
+    assert _problems(cfg, "method") == [] and build_mode_runner(cfg).func is run_qa
     carve = compose("evaluate", overrides=["method=carve"])
     assert carve.method.runner._target_ == "canopy_lit.eval.carve.run" and _problems(carve, "method") == []
+    assert build_mode_runner(carve).func.__qualname__ == "run" and build_mode_runner(carve).func.__module__ == (
+        "canopy_lit.eval.carve"
+    )
     assert _problems(compose("evaluate", overrides=["+method.runner.verbose=1"]), "method") == [
         "unknown config key method.runner.verbose (canopy_lit.eval.modes.run_qa takes no such argument)"
+    ]
+
+
+def test_each_mode_runner_is_a_target_block_and_a_new_mode_is_one_more(hydra_ctx) -> None:
+    """``mode`` picks its runner from ``modes`` (no table of runners in code): the four shipped ones, a mode of
+    one's own added from the command line, and a name that is no mode refused with the nearest one."""
+    from canopy_lit.eval import modes
+    from canopy_lit.pipeline.build import build_mode_runner
+
+    shipped = {"qa": modes.run_qa, "probe": modes.run_probe, "evidence": modes.run_evidence_mode,
+               "retrieval": modes.run_retrieval}  # fmt: skip
+    for mode, runner in shipped.items():
+        cfg = compose("evaluate", overrides=[f"mode={mode}"])
+        assert build_mode_runner(cfg).func is runner and _problems(cfg, "mode") == [], mode
+    mine = compose("evaluate", overrides=["+modes.mine={_target_: canopy_lit.eval.modes.run_probe, _partial_: true}",
+                                          "mode=mine"])  # fmt: skip
+    assert _problems(mine, "mode") == [] and build_mode_runner(mine).func is modes.run_probe
+    typo = compose("evaluate", overrides=["mode=retreival"])
+    assert _problems(typo, "mode must") == [
+        "mode must be one of qa, probe, evidence, retrieval, got 'retreival' (did you mean retrieval?); a mode of "
+        "your own is a _target_ block under modes (+modes.retreival=...)"
+    ]
+    sharded = compose("evaluate", overrides=["+modes.mine={_target_: canopy_lit.eval.modes.run_probe, _partial_: true}",
+                                             "mode=mine", "shard=0/2"])  # fmt: skip
+    assert _problems(sharded, "shard=") == [
+        "shard=0/2: mode=mine runs whole (shards split qa and evidence runs); remove shard="
     ]
 
 
