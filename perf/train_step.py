@@ -17,6 +17,7 @@ import argparse
 import json
 import random
 import time
+from functools import partial
 
 import torch
 
@@ -67,7 +68,7 @@ def run(quick: bool = False, device: str = "cpu", n_batches: int | None = None) 
     n = n_batches or (3 if quick else 10)
     dm, groups = _batches(n + 1)
     enc = load_encoder("minilm", max_seq_length=256)
-    module = NodeEncoderModule(enc, lr=1e-3, lora_target_modules=["query", "key", "value", "dense"], lora_layers=[3, 4, 5])
+    module = NodeEncoderModule(enc, optimizer=partial(torch.optim.AdamW, lr=1e-3, weight_decay=0.0), lora_target_modules=["query", "key", "value", "dense"], lora_layers=[3, 4, 5])
     module.to(dev)
     dm.set_tokenizer(enc.tokenize)
     module.train()

@@ -14,7 +14,13 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from canopy_lit.errors import ConfigError
 from canopy_lit.schema.groups import EVAL_GROUPS, TRAIN_GROUPS, Group
-from canopy_lit.schema.schemas import MISSING, BenchmarkOptionsSchema, EvalSchema, TrainSchema
+from canopy_lit.schema.schemas import (
+    MISSING,
+    BenchmarkOptionsSchema,
+    EvalSchema,
+    OptimizerSchema,
+    TrainSchema,
+)
 from canopy_lit.schema.signatures import Key, reader_keys, target_keys
 from canopy_lit.schema.values import check_value, rule_of
 
@@ -339,6 +345,10 @@ def _data_options(node: DictConfig, block: DictConfig, prefix: str, problems: li
     _check_options(block, prefix, keys, None, problems)
 
 
+def _optimizer(node: DictConfig, block: DictConfig, prefix: str, problems: list[str]) -> None:
+    check_node(block, prefix, Group(OptimizerSchema), problems)
+
+
 def _benchmark_options(node: DictConfig, block: DictConfig, prefix: str, problems: list[str]) -> None:
     for name in map(str, block):
         if (options := _child(block, name)) is not None:
@@ -355,4 +365,5 @@ _NESTED: dict[tuple[str, str], Callable[[DictConfig, DictConfig, str, list[str]]
     ("canopy_lit.retrieval.hybrid.build_hybrid_retriever", "bm25"): _bm25_options,
     ("canopy_lit.data.splits.load_split", "options"): _data_options,
     ("canopy_lit.data.datamodule.PreferenceDataModule", "options"): _benchmark_options,
+    ("canopy_lit.training.NodeEncoderModule", "optimizer"): _optimizer,
 }

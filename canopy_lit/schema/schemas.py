@@ -162,6 +162,15 @@ class BenchmarkOptionsSchema:
 
 
 @dataclass
+class OptimizerSchema:
+    """Ranges of a ``torch.optim`` optimizer's knobs in ``model.optimizer`` (its signature types them; torch's
+    classes cannot carry our ranges)."""
+
+    lr: Annotated[float, Gt(0)] = 5e-5
+    weight_decay: Annotated[float, Ge(0)] = 0.0
+
+
+@dataclass
 class TrainerSchema:
     """Ranges of the Lightning Trainer's knobs the presets set (its signature types them; a class we do not own
     cannot carry our ranges); -1 means "no limit" for epochs and steps."""

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import math
-from collections.abc import Sequence
-from typing import Annotated, Any, Literal, get_args
+import functools
+from collections.abc import Callable, Iterable, Sequence
+from typing import Annotated, Any
 
 import lightning as L
 import torch
@@ -20,9 +20,10 @@ from canopy_lit.training.losses import pair_costs, pairwise_ranking_loss
 from canopy_lit.training.metrics import DecisionAccuracy
 
 TEST_SCORERS = ("ftheta", "f0")
-
-
-Schedule = Literal["constant", "linear", "cosine"]  # model.schedule: the rate after warm-up
+# model.optimizer / model.scheduler when none is given: the paper's AdamW at 5e-5, no decay, a constant rate.
+OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+SchedulerFactory = Callable[..., torch.optim.lr_scheduler.LRScheduler]
+PAPER_OPTIMIZER: OptimizerFactory = functools.partial(torch.optim.AdamW, lr=5e-5, weight_decay=0.0)
 
 
 class NodeEncoderModule(L.LightningModule):
@@ -30,13 +31,10 @@ class NodeEncoderModule(L.LightningModule):
 
     Args:
         encoder: a :class:`NodeEncoder` (a fresh adapter is added unless it already has one).
-        lr: AdamW learning rate (paper: 5e-5).
-        weight_decay: AdamW weight decay.
-        betas: AdamW betas.
-        warmup_ratio: share of steps with linear warm-up.
-        schedule: after warm-up the rate stays flat (``constant``) or decays (``linear`` / ``cosine``)
-            to ``min_lr_ratio * lr`` at the last step.
-        min_lr_ratio: the decayed rate at the last step, as a share of ``lr``.
+        optimizer: ``params -> Optimizer`` for the LoRA parameters (``model.optimizer``, a ``_partial_`` block:
+            ``torch.optim.AdamW`` with ``lr`` and ``weight_decay``). None: AdamW at lr 5e-5 (the paper's).
+        scheduler: ``(optimizer, total_steps=N) -> LRScheduler``, stepped every optimizer step (``model.scheduler``,
+            a ``_partial_`` block: :func:`~canopy_lit.training.schedules.warmup_schedule`). None: a constant rate.
         lora_r: adapter rank (paper: 8).
         lora_alpha: adapter alpha (paper: 16).
         lora_dropout: adapter dropout (paper: 0.05).
@@ -71,12 +69,8 @@ class NodeEncoderModule(L.LightningModule):
     def __init__(
         self,
         encoder: NodeEncoder,
-        lr: Annotated[float, Gt(0)] = 5e-5,
-        weight_decay: Annotated[float, Ge(0)] = 0.0,
-        betas: Sequence[float] = (0.9, 0.999),
-        warmup_ratio: Annotated[float, Interval(ge=0, lt=1)] = 0.0,
-        schedule: Schedule = "constant",
-        min_lr_ratio: Annotated[float, Interval(ge=0, le=1)] = 0.0,
+        optimizer: OptimizerFactory | None = None,
+        scheduler: SchedulerFactory | None = None,
         lora_r: Annotated[int, Ge(1)] = 8,
         lora_alpha: Annotated[float, Gt(0)] = 16,
         lora_dropout: Annotated[float, Interval(ge=0, lt=1)] = 0.05,
@@ -95,14 +89,16 @@ class NodeEncoderModule(L.LightningModule):
     ) -> None:
         super().__init__()
         # Plain lists (not OmegaConf ListConfig) so checkpoints load with torch.load(weights_only=True).
-        betas = [float(b) for b in betas]
         lora_target_modules = [str(m) for m in lora_target_modules] if lora_target_modules is not None else None
         lora_layers = [int(i) for i in lora_layers] if lora_layers is not None else None
         benchmarks = [str(b) for b in benchmarks] if benchmarks else None
         test_scorers = [str(t) for t in test_scorers]
         if not test_scorers or set(test_scorers) - set(TEST_SCORERS):
             raise ValueError(f"model.test_scorers must be a non-empty subset of {list(TEST_SCORERS)}, got {test_scorers}")
-        self.save_hyperparameters(ignore=["encoder"])
+        # the factories are config blocks (the run's config records them), not plain values a checkpoint can hold
+        self.save_hyperparameters(ignore=["encoder", "optimizer", "scheduler"])
+        self.optimizer_factory = optimizer or PAPER_OPTIMIZER
+        self.scheduler_factory = scheduler
         self.hparams["encoder_name"] = encoder.name
         if stop_weight <= 0 or margin < 0:
             raise ValueError(f"model.stop_weight must be > 0 and model.margin >= 0, got {stop_weight} and {margin}")
@@ -110,8 +106,6 @@ class NodeEncoderModule(L.LightningModule):
             raise ValueError(
                 f"model.gold_child_weight and model.gold_sibling_weight must be > 0, got {gold_child_weight} and {gold_sibling_weight}"
             )
-        if schedule not in get_args(Schedule):
-            raise ValueError(f"model.schedule must be constant, linear or cosine, got {schedule!r}")
         self.encoder = encoder
         if not encoder.has_adapter:
             encoder.add_adapter(lora_r, lora_alpha, lora_dropout, lora_target_modules, lora_layers)
@@ -156,23 +150,10 @@ class NodeEncoderModule(L.LightningModule):
         return {"in_domain": [b for b in self._benchmarks if b not in zero], "zero_shot": zero}
 
     def configure_optimizers(self) -> Any:
-        params = [p for p in self.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=self.hparams.lr, weight_decay=self.hparams.weight_decay, betas=tuple(self.hparams.betas))
-        total = max(int(self.trainer.estimated_stepping_batches), 1)
-        warm = int(self.hparams.warmup_ratio * total)
-        floor = self.hparams.min_lr_ratio
-        kind = self.hparams.schedule
-
-        def factor(step: int) -> float:
-            if step < warm:
-                return (step + 1) / (warm + 1)
-            if kind == "constant":
-                return 1.0
-            frac = min((step - warm) / max(total - warm, 1), 1.0)
-            decay = 1.0 - frac if kind == "linear" else 0.5 * (1.0 + math.cos(math.pi * frac))
-            return floor + (1.0 - floor) * decay
-
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+        opt = self.optimizer_factory([p for p in self.parameters() if p.requires_grad])
+        if self.scheduler_factory is None:
+            return opt
+        sched = self.scheduler_factory(opt, total_steps=max(int(self.trainer.estimated_stepping_batches), 1))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     # ----------------------------------------------------------------- scoring

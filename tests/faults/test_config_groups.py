@@ -180,8 +180,8 @@ def test_evaluate_process_reports_every_bad_key_before_any_work(tmp_path: Path) 
                                              "(did you mean loop.max_rounds?); a new key is added as +loop.max_round=..."),
         ("evaluate.py", "data=hotpotq", "evaluate.py: error: data=hotpotq: no such option of group data (did you mean "
                                          "hotpotqa?); its options: custom, hotpotqa, lvbench, mmqa, nq, ottqa, tatqa, vragbench"),
-        ("train.py", "model.lrr=1", "error: unknown config key model.lrr (did you mean model.lr?); a new key is added "
-                                     "as +model.lrr=..."),
+        ("train.py", "model.optimizer.lrr=1", "error: unknown config key model.optimizer.lrr (did you mean "
+                                     "model.optimizer.lr?); a new key is added as +model.optimizer.lrr=..."),
     ],
 )  # fmt: skip
 def test_a_mistyped_key_or_option_without_plus_is_one_line_and_exit_2(tmp_path: Path, script: str, override: str,

@@ -64,13 +64,13 @@ def test_methods_that_do_not_retrieve_may_use_zero(hydra_ctx, override: str) -> 
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("model.lr=0", "model.lr must be a number > 0, got 0"),
-        ("model.lr=-1e-4", "model.lr must be a number > 0, got -0.0001"),
+        ("model.optimizer.lr=0", "model.optimizer.lr must be a number > 0, got 0"),
+        ("model.optimizer.lr=-1e-4", "model.optimizer.lr must be a number > 0, got -0.0001"),
         ("model.lora_r=0", "model.lora_r must be an integer >= 1, got 0"),
         ("model.scale=0", "model.scale must be a number > 0, got 0"),
         ("model.gold_child_weight=0", "model.gold_child_weight must be a number > 0, got 0"),
         ("model.gold_sibling_weight=0", "model.gold_sibling_weight must be a number > 0, got 0"),
-        ("model.schedule=cosin", "model.schedule must be one of constant, linear, cosine, got 'cosin'"),
+        ("model.scheduler.decay=cosin", "model.scheduler.decay must be one of constant, linear, cosine, got 'cosin'"),
         ("datamodule.batch_size=0", "datamodule.batch_size must be an integer >= 1, got 0"),
         ("trainer.max_steps=0", "trainer.max_steps must be -1 or an integer >= 1, got 0"),
         ("tree.branching=two", "tree.branching must be an integer >= 2, got 'two'"),
@@ -155,9 +155,9 @@ def test_evaluate_cli_exits_2_with_every_problem_before_any_work(tmp_path: Path)
 
 
 def test_train_cli_exits_2_before_any_work(tmp_path: Path) -> None:
-    out = run_script("train.py", tmp_path, "experiment=quickstart", "model.lr=-1")
+    out = run_script("train.py", tmp_path, "experiment=quickstart", "model.optimizer.lr=-1")
     assert out.status == 2
-    assert out.stderr.strip() == "error: model.lr must be a number > 0, got -1"
+    assert out.stderr.strip() == "error: model.optimizer.lr must be a number > 0, got -1"
     assert "Traceback" not in out.stderr and not (tmp_path / "adapter").exists()
 
 
@@ -173,12 +173,12 @@ def test_each_range_and_choice_is_declared_once_by_its_owner() -> None:
     none = OmegaConf.create({})
     owned = {
         ("canopy_lit.hierarchy.Hierarchy", "branching"): {"ge": 2},
-        ("canopy_lit.training.NodeEncoderModule", "lr"): {"gt": 0},
+        ("canopy_lit.training.schedules.warmup_schedule", "warmup_ratio"): {"ge": 0, "lt": 1},
         ("canopy_lit.refine.ParentRelativeRefiner", "descend_margin"): {"ge": -1.0, "le": 1.0},
         ("canopy_lit.retrieval.index.FaissIndex", "pq_nbits"): {"ge": 1, "le": 16},
         ("canopy_lit.control.critic.critic_controller", "threshold"): {"ge": 0.0, "le": 1.0},
     }
     for (target, key), rule in owned.items():
         assert target_keys(target, none)[key].rule == rule, (target, key)
-    schedule = target_keys("canopy_lit.training.NodeEncoderModule", none)["schedule"].hint
-    assert typing.get_args(schedule) == ("constant", "linear", "cosine")
+    decay = target_keys("canopy_lit.training.schedules.warmup_schedule", none)["decay"].hint
+    assert typing.get_args(decay) == ("constant", "linear", "cosine")

@@ -55,8 +55,8 @@ def test_valid_values_still_pass(hydra_ctx, ok: str) -> None:
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("model.lr=interval(1e-3, 1e-5)", "model.lr=interval(1e-3, 1e-5): The `low` value must be smaller than"),
-        ("model.lr=tag(log, interval(-1, 1))", "model.lr=tag(log, interval(-1, 1)): The `low` value must be larger than 0"),
+        ("model.optimizer.lr=interval(1e-3, 1e-5)", "model.optimizer.lr=interval(1e-3, 1e-5): The `low` value must be smaller than"),
+        ("model.optimizer.lr=tag(log, interval(-1, 1))", "model.optimizer.lr=tag(log, interval(-1, 1)): The `low` value must be larger than 0"),
         ("hydra.sweeper.n_trials=0", "hydra.sweeper.n_trials must be an integer >= 1, got 0"),
     ],
 )

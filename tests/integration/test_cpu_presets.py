@@ -13,6 +13,7 @@ import subprocess
 import sys
 import warnings
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -96,7 +97,7 @@ def test_epoch_level_logs_do_not_warn_per_key_under_ddp(monkeypatch: pytest.Monk
     dm = PreferenceDataModule.from_instances({"val": insts, "test": insts}, ["hotpotqa"], batch_size=8)
     enc = load_encoder("minilm", max_seq_length=64)
     dm.set_tokenizer(enc.tokenize)
-    module = NodeEncoderModule(enc, lr=1e-3, lora_target_modules=["query", "value"])
+    module = NodeEncoderModule(enc, optimizer=partial(torch.optim.AdamW, lr=1e-3, weight_decay=0.0), lora_target_modules=["query", "value"])
     trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=1, limit_test_batches=1, use_distributed_sampler=False)
     # What Lightning reads to keep sync_dist and to warn without it: a DDP run as far as logging can tell. The

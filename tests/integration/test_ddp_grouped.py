@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,7 @@ def ddp_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("ddp")
     torch.manual_seed(0)
     enc = load_encoder("minilm", max_seq_length=48)
-    module = NodeEncoderModule(enc, lr=1e-3, lora_target_modules=["query", "value"], lora_layers=[5])
+    module = NodeEncoderModule(enc, optimizer=partial(torch.optim.AdamW, lr=1e-3, weight_decay=0.0), lora_target_modules=["query", "value"], lora_layers=[5])
     dm = PreferenceDataModule(["hotpotqa", "nq"], OPTIONS, batch_size=4, group_by_item=True)
     dm.set_tokenizer(enc.tokenize)
     dm.setup("fit")  # the forked ranks inherit the loaded, pre-tokenised examples

@@ -51,7 +51,7 @@ def test_experiments_compose(experiment: str) -> None:
     assert "ottqa" in cfg.datamodule.benchmarks
     if experiment == "shared_lora":
         assert "Qwen3-VL-Embedding-2B" in cfg.encoder.backbone and cfg.trainer.max_epochs == 2
-        assert cfg.model.lr == 5e-5 and cfg.model.lora_r == 8 and "bf16" in cfg.trainer.precision
+        assert cfg.model.optimizer.lr == 5e-5 and cfg.model.lora_r == 8 and "bf16" in cfg.trainer.precision
         assert cfg.trainer.strategy._target_.endswith("DDPStrategy")
     if experiment == "quickstart_mpnet":  # the quickstart, with only the encoder and LoRA placement changed
         base = _compose(["experiment=quickstart"])
@@ -122,7 +122,7 @@ def test_main_returns_validation_not_test_score(monkeypatch: pytest.MonkeyPatch)
 def test_wandb_run_names_differ_per_override_set() -> None:
     names = []
     for lr in ("1e-4", "3e-4"):
-        cfg = _compose(["experiment=quickstart", "logger=wandb", f"model.lr={lr}"])
+        cfg = _compose(["experiment=quickstart", "logger=wandb", f"model.optimizer.lr={lr}"])
         names.append(OmegaConf.to_container(cfg.logger, resolve=True)["wandb"]["name"])
     assert names[0] != names[1] and all(n.startswith("quickstart/") for n in names)
 

@@ -128,7 +128,7 @@ def test_resume_after_a_periodic_checkpoint_is_bit_identical(tmp_path: Path) -> 
     save_top_k=1), and questions encoded before the kill were re-encoded in other batches (LoRA off by ~1e-8)."""
     from safetensors.torch import load_file
 
-    extra = ["trainer.max_epochs=2", "trainer.val_check_interval=2", "model.warmup_ratio=0.5"]
+    extra = ["trainer.max_epochs=2", "trainer.val_check_interval=2", "model.scheduler.warmup_ratio=0.5"]
     ref_dir, run_dir = tmp_path / "uninterrupted", tmp_path / "killed"
     ref = _train(ref_dir, *extra)
     assert ref.returncode == 0, ref.out[-3000:]

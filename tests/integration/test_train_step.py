@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 import pytest
 import torch
@@ -22,7 +23,7 @@ def setup():
     insts = training_instances(split_questions(bench, "train")[:6], bench.items, Hierarchy(2))
     dm = PreferenceDataModule.from_instances({"train": insts}, ["hotpotqa"], batch_size=8)
     enc = load_encoder("minilm", max_seq_length=64)
-    module = NodeEncoderModule(enc, lr=1e-3, lora_target_modules=["query", "value"])
+    module = NodeEncoderModule(enc, optimizer=partial(torch.optim.AdamW, lr=1e-3, weight_decay=0.0), lora_target_modules=["query", "value"])
     dm.set_tokenizer(enc.tokenize)
     batch = dm.collate(dm.examples["train"][:6])
     return module, batch

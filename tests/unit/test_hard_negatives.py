@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import partial
 from typing import Any
 
 import pytest
@@ -178,7 +179,7 @@ def module():
 
     torch.manual_seed(0)
     enc = load_encoder("minilm", max_seq_length=64)
-    return NodeEncoderModule(enc, lr=1e-3, lora_target_modules=["query", "value"])
+    return NodeEncoderModule(enc, optimizer=partial(torch.optim.AdamW, lr=1e-3, weight_decay=0.0), lora_target_modules=["query", "value"])
 
 
 def _adversarial(plain: PreferenceBatch, hard: PreferenceBatch):
