@@ -16,6 +16,9 @@
 #   python -m canopy_lit.studies.frontier       # figures, tables, the README headline block
 #
 #   ADAPTER=experiments/runs/recipe/base/adapter bash scripts/frontier.sh
+# Archives packed before they kept settings.json (every one committed up to issue 47's close) hold runs with
+# results but no settings: a rerun refuses them, naming settings.json. RESUME=force continues them under
+# today's settings (the folder then records those); RESUME=auto (default) continues only same-settings runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ADAPTER=${ADAPTER:-experiments/runs/recipe/base/adapter}
@@ -24,13 +27,14 @@ BENCHMARKS=${BENCHMARKS:-hotpotqa,nq,ottqa,tatqa}
 VAL_BENCHMARKS=${VAL_BENCHMARKS:-hotpotqa,nq,ottqa}  # in-domain only: the zero-shot δ is pooled from these
 DELTAS=${DELTAS:-0,0.01,0.02,0.03,0.04,0.06,0.08,0.12}
 PY=${PY:-.venv/bin/python}
+RESUME=${RESUME:-auto}
 VAL=experiments/runs/frontier_val
 TEST=experiments/runs/frontier
 for archive in "$VAL.zip" "$TEST.zip"; do
   [ ! -f "$archive" ] || "$PY" -m canopy_lit.report unpack --if-stale "$archive"
 done
 sweep() {  # one process per sweep: the encoder loads once
-  OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} "$PY" evaluate.py -m +ablation=frontier adapter="$ADAPTER" progress=false "$@"
+  OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} "$PY" evaluate.py -m +ablation=frontier adapter="$ADAPTER" progress=false resume="$RESUME" "$@"
 }
 
 sweep data.split=val limit="$VAL_LIMIT" data="$VAL_BENCHMARKS" scorer=ftheta,f0 refine.descend_margin="$DELTAS" \

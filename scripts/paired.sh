@@ -22,6 +22,9 @@
 # (default "hotpotqa nq ottqa tatqa"), THREADS (llama.cpp threads, default 1), RETRIEVAL (bm25 | default | hybrid),
 # ONLY (a subset of the systems, e.g. ONLY="canopy no_projection": two such jobs side by side, one core
 # each, split one benchmark's work; the pairing is by question id, so it stays exact).
+# Archives packed before they kept settings.json (every one committed up to issue 47's close) hold runs with
+# results but no settings: a rerun refuses them, naming settings.json. RESUME=force continues them under
+# today's settings (the folder then records those); RESUME=auto (default) continues only same-settings runs.
 set -euo pipefail
 CALLER=$PWD
 cd "$(dirname "$0")/.."
@@ -33,6 +36,7 @@ BENCHMARKS=${BENCHMARKS:-hotpotqa nq ottqa tatqa}
 THREADS=${THREADS:-1}
 RETRIEVAL=${RETRIEVAL:-bm25}
 PY=${PY:-.venv/bin/python}
+RESUME=${RESUME:-auto}
 # relative to the checkout when inside it: run folders and their configs then name no machine path
 ADAPTER=$(cd "$CALLER" && realpath --relative-base="$OLDPWD" "$ADAPTER")
 [ ! -f "$OUT.zip" ] || "$PY" -m canopy_lit.report unpack --if-stale "$OUT.zip"
@@ -67,7 +71,7 @@ for ((n = STEP; n <= N; n += STEP)); do
       # shellcheck disable=SC2086
       OMP_NUM_THREADS=1 "$PY" evaluate.py experiment=quickstart_eval data="$bench" data.split=test limit="$n" \
         $overrides retriever=corpus retrieval="$RETRIEVAL" encoder.adapter="$ADAPTER" llm.n_threads="$THREADS" progress=false \
-        hydra.run.dir="$OUT/$bench/$name"
+        resume="$RESUME" hydra.run.dir="$OUT/$bench/$name"
     done
   done
   echo "paired.sh: $n questions per benchmark done" >&2

@@ -14,6 +14,9 @@
 # the script can be stopped and rerun. STEPS="train val" (or "test") runs some steps only. Then
 #   python -m canopy_lit.report pack experiments/runs/frontier_val experiments/runs/frontier
 #   python -m canopy_lit.studies.frontier      # figures and tables, the scorers beside fθ and f0
+# Archives packed before they kept settings.json (every one committed up to issue 47's close) hold runs with
+# results but no settings: a rerun refuses them, naming settings.json. RESUME=force continues them under
+# today's settings (the folder then records those); RESUME=auto (default) continues only same-settings runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 POOLINGS=${POOLINGS:-late cross}
@@ -23,6 +26,7 @@ BENCHMARKS=${BENCHMARKS:-hotpotqa,nq,ottqa,tatqa}
 VAL_BENCHMARKS=${VAL_BENCHMARKS:-hotpotqa,nq,ottqa}
 DELTAS=${DELTAS:-0,0.01,0.02,0.03,0.04,0.06,0.08,0.12}
 PY=${PY:-.venv/bin/python}
+RESUME=${RESUME:-auto}
 # the recipe table's test subsets (experiments/recipe.md): every NQ question, a seeded 80 OTT-QA and 126 TAT-QA
 TESTSETS="datamodule.options.nq.max_questions.test=null datamodule.options.ottqa.max_questions.test=80
   datamodule.options.tatqa.max_questions.test=126"
@@ -42,7 +46,7 @@ for pooling in $POOLINGS; do
   fi
   sweep() {
     "$PY" evaluate.py -m +ablation=frontier adapter="$run/adapter" encoder.node_pooling="$pooling" scorer=ftheta \
-      progress=false "$@"
+      progress=false resume="$RESUME" "$@"
   }
   if has val; then
     sweep data.split=val limit="$VAL_LIMIT" data="$VAL_BENCHMARKS" refine.descend_margin="$DELTAS" variant=full \

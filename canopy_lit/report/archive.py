@@ -7,10 +7,12 @@ A study folder holds run folders (a folder with ``metrics.json``) at any depth. 
 run, what tables, plots and comparisons read: ``metrics.json``, ``run.json``, ``.hydra/config.yaml`` (the
 composed config as Hydra saved it, interpolations kept, so no machine path is baked in), the per-question
 rows (``*.jsonl``), the question list (``question_ids.json``) and a training run's logged curve
-(``csv/version_*/metrics.csv``). Hydra's ``hydra.yaml`` and ``overrides.yaml`` are left out after their
+(``csv/version_*/metrics.csv``), and what a rerun needs to continue the run: ``settings.json`` (its settings,
+paths kept relative to the ``paths.*`` folders), without which an unpacked run with results is refused
+(``canopy_lit.eval.records.settings``). Hydra's ``hydra.yaml`` and ``overrides.yaml`` are left out after their
 group choices and overrides are recorded in ``run.json`` (``choices``, ``overrides``); logs, per-run
-``table.md``, ``multirun.yaml``, the resume fingerprint ``settings.json``, checkpoints and adapters
-(folders with ``adapter_config.json``, committed as plain files) are left out too.
+``table.md``, ``multirun.yaml``, checkpoints and adapters (folders with ``adapter_config.json``, committed as
+plain files) are left out too.
 
 Entries are sorted, dated 1980-01-01 and mode 0644, so packing unchanged runs gives the same bytes
 (with the same zlib); the zip's comment names it a study archive. Unpacking writes ``<study>/.unpacked.json`` (the archive's SHA-256 and each entry's
@@ -40,7 +42,8 @@ log = logging.getLogger(__name__)
 SUFFIX = ".zip"
 MARKER = ".unpacked.json"
 # Paths inside a run folder that its archive keeps (fnmatch patterns, '/'-separated).
-KEPT = ("metrics.json", "run.json", "question_ids.json", ".hydra/config.yaml", "*.jsonl", "csv/version_*/metrics.csv")
+KEPT = ("metrics.json", "run.json", "settings.json", "question_ids.json", ".hydra/config.yaml", "*.jsonl",
+        "csv/version_*/metrics.csv")
 # Names a zip as a study archive: only those are unpacked without being asked (a project.zip above a checkout never is).
 COMMENT = b"canopy-lit study archive (python -m canopy_lit.report unpack)"
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest date a zip entry can hold

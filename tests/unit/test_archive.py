@@ -47,10 +47,10 @@ def test_pack_keeps_records_and_moves_hydra_facts_into_run_json(study: Path) -> 
     done = pack(study)
     names = set(read_archive(done.archive))
     assert done.runs == 4 and done.left_out["hydra.yaml"] == 4 and done.left_out["adapter_config.json"] == 1
-    for kept in ("metrics.json", "run.json", ".hydra/config.yaml", "predictions.jsonl", "question_ids.json"):
+    for kept in ("metrics.json", "run.json", "settings.json", ".hydra/config.yaml", "predictions.jsonl",
+                 "question_ids.json"):  # fmt: skip
         assert sum(n.endswith("/" + kept) for n in names) == 4, kept
-    for dropped in ("hydra.yaml", "overrides.yaml", "evaluate.log", "table.md", "settings.json", "multirun.yaml",
-                    "adapter_config.json"):  # fmt: skip
+    for dropped in ("hydra.yaml", "overrides.yaml", "evaluate.log", "table.md", "multirun.yaml", "adapter_config.json"):
         assert not any(n.endswith(dropped) for n in names), dropped
     record = json.loads(read_archive(done.archive)[f"{before[0][0]}/run.json"])
     assert record["choices"] == {"method": "canopy", "hydra/launcher": "basic"}
@@ -59,6 +59,29 @@ def test_pack_keeps_records_and_moves_hydra_facts_into_run_json(study: Path) -> 
     # unpacked elsewhere, without any Hydra file: the same runs, study names, metrics and overrides
     copy = unpack(done.archive, study.parent / "copy" / "k")
     assert not list(copy.rglob("hydra.yaml")) and _summary(copy) == before
+
+
+def test_an_unpacked_run_continues_under_its_settings_and_only_under_them(hydra_ctx, tmp_path: Path) -> None:
+    """A study packed and unpacked elsewhere (another checkout) resumes: its settings.json travels with it, its
+    paths relative to the paths.* folders; other settings are still refused, naming the key."""
+    from hydra import compose
+    from omegaconf import open_dict
+
+    from canopy_lit.eval.records import settings_changes, write_run_settings
+
+    def config(root: Path, *overrides: str):
+        cfg = compose("evaluate", overrides=["method=vanilla", *overrides])
+        with open_dict(cfg):
+            cfg.paths.root_dir = str(root)
+        return cfg
+
+    run = tmp_path / "a" / "k" / "vanilla"
+    run.mkdir(parents=True)
+    (run / "metrics.json").write_text('{"eval/n": 2}\n')
+    write_run_settings(run, config(tmp_path / "a"))
+    copy = unpack(pack(run.parent).archive, tmp_path / "b" / "k") / "vanilla"
+    assert settings_changes(copy, config(tmp_path / "b")) == []
+    assert settings_changes(copy, config(tmp_path / "b", "retrieval.k=7")) == [("retrieval.k", 10, 7)]
 
 
 def test_repacking_unchanged_runs_gives_identical_bytes(study: Path, tmp_path: Path) -> None:

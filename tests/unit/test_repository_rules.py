@@ -123,6 +123,15 @@ def test_study_presets_keep_path_keys_out_of_subdir_names(hydra_ctx, study: str)
     assert not missing, f"{study}: {sorted(missing)}"
 
 
+@pytest.mark.parametrize("study", sorted(p.stem for p in (ROOT / "configs" / "ablation").glob("[!_]*.yaml")))
+def test_study_presets_name_no_subdir_after_how_a_run_resumes(hydra_ctx, study: str) -> None:
+    """scripts/frontier.sh passes resume=$RESUME to every sweep: a subfolder named after it would never be
+    the folder the study resumes."""
+    cfg = compose("evaluate", overrides=[f"+ablation={study}"], return_hydra_config=True)
+    excluded = set(cfg.hydra.job.config.override_dirname.exclude_keys)
+    assert {"resume", "progress", "threads", "limit", "concurrency"} <= excluded, study
+
+
 @pytest.mark.parametrize("config", ["evaluate", "train"])
 def test_a_sweep_subfolder_name_holds_no_machine_path(hydra_ctx, config: str) -> None:
     """Hydra's name for a multirun job folder, with every path-valued key set to a machine path."""
