@@ -8,12 +8,12 @@ Hugging Face dataset on disk (``readers/custom.py``, docs/how-to/custom-data.md)
 package needs no edit here either: ``data.reader=mypkg.readers.MyBench`` (a dotted path, ``resolve_reader``),
 or ``register_benchmark`` from Python. A benchmark of the package: one reader module in
 ``canopy_lit/data/readers/`` with ``read(path, **options) -> Benchmark``, one entry in ``BENCHMARKS`` below
-(the only place that lists them), and ``configs/data/<name>.yaml`` with ``name: <key>``.
+(the catalogue of names the library and training read), and ``configs/data/<name>.yaml`` with ``name: <key>``
+and ``reader: <the entry's reader path>`` (tests/unit/test_data_readers_in_config.py keeps them equal).
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import os
 from collections import Counter
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from canopy_lit.data.readers._io import DataFormatError
+from canopy_lit.dotted import locate
 from canopy_lit.hierarchy import Hierarchy
 from canopy_lit.types import Item, Question, Tree
 
@@ -154,7 +155,7 @@ def resolve_reader(reader: str | Callable[..., Any]) -> Callable[..., Benchmark]
         return BENCHMARKS[reader.lower()].read_fn()
     target: Any = reader
     if isinstance(reader, str):
-        target = _import(reader)
+        target = locate(reader, "reader")
     if inspect.ismodule(target) or inspect.isclass(target):
         what = "module" if inspect.ismodule(target) else "class"
         if not callable(getattr(target, "read", None)):
@@ -163,22 +164,6 @@ def resolve_reader(reader: str | Callable[..., Any]) -> Callable[..., Benchmark]
     if not callable(target):
         raise TypeError(f"reader {reader!r} is a {type(target).__name__}, not a function, class or module")
     return target
-
-
-def _import(path: str) -> Any:
-    """The object a dotted path names: a module, or an attribute of one."""
-    try:
-        return importlib.import_module(path)
-    except ImportError as err:
-        module, _, attr = path.rpartition(".")
-        if not module or (err.name is not None and err.name != path):
-            raise ImportError(f"reader {path!r} does not import ({err})") from err
-    try:
-        return getattr(importlib.import_module(module), attr)
-    except ImportError as err:
-        raise ImportError(f"reader {path!r} does not import ({err})") from err
-    except AttributeError as err:
-        raise ImportError(f"reader {path!r}: module {module!r} has no {attr!r}") from err
 
 
 _READERS = "canopy_lit.data.readers"

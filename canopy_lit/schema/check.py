@@ -210,7 +210,8 @@ def _rounds_of_a_closed_book(cfg: DictConfig, method: str) -> list[str]:
 
 
 def _check_data_name(data: Any, problems: list[str]) -> None:
-    """``data.name`` is a registered benchmark, or ``data.reader`` names a reader (then the name is a label)."""
+    """``data.name`` is a registered benchmark, or a label of data that ``data.reader`` reads. Every shipped data
+    config names its reader, so a label is a plain name; one that looks like a benchmark's name is a typo."""
     from canopy_lit.data.base import BENCHMARKS, resolve_reader
 
     name, reader = node_value(data, "name"), node_value(data, "reader")
@@ -219,11 +220,16 @@ def _check_data_name(data: Any, problems: list[str]) -> None:
             resolve_reader(reader)
         except (ImportError, TypeError) as err:
             problems.append(f"data.reader: {err} (a registered benchmark or a dotted path to a reader)")
-    elif isinstance(name, str) and name.lower() not in BENCHMARKS:
-        problems.append(
-            f"data.name must be one of {', '.join(sorted(BENCHMARKS))}, got {name!r} "
-            "(or name its reader: data.reader=<registered name | dotted path>)"
-        )
+            return
+    if not isinstance(name, str) or name.lower() in BENCHMARKS:
+        return
+    known = ", ".join(sorted(BENCHMARKS))
+    if not isinstance(reader, str):
+        problems.append(f"data.name must be one of {known}, got {name!r} "
+                        "(or name its reader: data.reader=<registered name | dotted path>)")  # fmt: skip
+    elif guess := difflib.get_close_matches(name.lower(), sorted(BENCHMARKS), n=1, cutoff=0.75):
+        problems.append(f"data.name must be one of {known}, got {name!r} (did you mean {guess[0]}?); a label of "
+                        "your own for data read by data.reader must not look like a benchmark's name")  # fmt: skip
 
 
 def _check_index_options(cfg: DictConfig, problems: list[str]) -> None:

@@ -4,8 +4,6 @@ option blocks typed by the class or reader they are passed to."""
 from __future__ import annotations
 
 import functools
-import importlib
-import importlib.util
 import inspect
 import sys
 import types
@@ -15,6 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from canopy_lit.dotted import locate
 from canopy_lit.schema.values import rule_of
 
 # --------------------------------------------------------------------------- signatures
@@ -31,19 +30,10 @@ class Key:
 
 def import_target(target: str) -> Any:
     """The object a dotted path names (``module.attr.attr``), or None when it cannot be imported here."""
-    parts = target.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        try:
-            obj: Any = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        try:
-            for name in parts[cut:]:
-                obj = getattr(obj, name)
-        except AttributeError:
-            return None
-        return obj
-    return None
+    try:
+        return locate(target)
+    except ImportError:
+        return None
 
 
 @functools.lru_cache(maxsize=256)

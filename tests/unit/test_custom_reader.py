@@ -326,7 +326,8 @@ def test_config_names_the_reader_and_checks_its_options(lines_file) -> None:
     assert len(found) == 1 and found[0].startswith("data.reader: reader 'nopkg.X' does not import"), found
     found = problems(f"data.reader={__name__}.ThreeQuestions", "data.name=mine", "+data.options.strict=false")
     assert len(found) == 1 and found[0].startswith("unknown config key data.options.strict"), found
-    found = problems("data.name=mine")
+    assert problems("data.name=mine") == []  # data/custom.yaml names its reader: any label reads with it
+    found = problems("data.name=mine", "data.reader=null")
     assert len(found) == 1 and "or name its reader: data.reader=" in found[0], found
 
 
